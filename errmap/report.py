@@ -1,0 +1,191 @@
+"""Reports: diagnoses as the JSON contract and as one screen of text.
+
+Renderers only format; `diagnose` decides what a diagnosis says.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from errmap.lines import Line
+from errmap.source import InputError, Source
+from errmap.triage import Incident, Residue, Triage
+
+JSON_VERSION = 1
+SHOWN_TEXT = 300  # characters of an evidence line shown in text output
+
+
+def docs_url(errno: int) -> str | None:
+    """The docs page of a code under ERRMAP_DOCS_URL, when the user has set a base URL."""
+    base = os.environ.get("ERRMAP_DOCS_URL", "").rstrip("/")
+    return f"{base}/errno/{errno}/" if base else None
+
+
+def _evidence(line: Line) -> dict[str, Any]:
+    out: dict[str, Any] = {"file": line.path, "line": line.lineno, "text": line.raw}
+    for name in ("rank", "actor", "pid", "host", "level"):
+        if (value := getattr(line, name)) is not None:
+            out[name] = value
+    if line.cut:
+        out["cut"] = True
+    return out
+
+
+def diagnose(inc: Incident) -> dict[str, Any]:
+    """One incident as a diagnosis of the JSON contract."""
+    e, caps = inc.entry, inc.captures
+    return {
+        "errno": e.errno,
+        "slug": e.slug,
+        "title": e.title,
+        "role": e.role,
+        "file": inc.first.path,
+        "line": inc.first.lineno,
+        "last_line": inc.last.lineno if inc.last else inc.first.lineno,
+        "count": inc.count,
+        "ranks": sorted(inc.ranks),
+        "hosts": sorted(inc.hosts),
+        "files": inc.files,
+        "evidence": [_evidence(line) for line in inc.evidence],
+        "captures": caps,
+        "summary": e.summary,
+        "cause": e.fill(e.cause, caps),
+        "fix": [e.fill(step, caps) for step in e.fix],
+        "links": [link.model_dump(exclude_none=True) for link in e.links],
+        "caused_by": inc.cause.entry.errno if inc.cause else None,
+        "consequences": [c.entry.errno for c in inc.consequences],
+        "docs": docs_url(e.errno),
+    }
+
+
+def _residue(r: Residue) -> dict[str, Any]:
+    return {"type": r.type, "message": r.message, "count": r.count, **_evidence(r.first)}
+
+
+@dataclass
+class Report:
+    sources: list[Source]
+    triage: Triage
+    errors: list[InputError] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # per-errno additions, e.g. probe verdicts
+
+    @property
+    def diagnoses(self) -> list[dict[str, Any]]:
+        out = []
+        for inc in self.triage.ranked():
+            d = diagnose(inc)
+            d.update(self.extra.get(inc.fingerprint, {}))
+            out.append(d)
+        return out
+
+    def exit_code(self) -> int:
+        if self.errors:
+            return 2
+        return 1 if self.triage.incidents or self.triage.residue else 0
+
+    def to_json(self) -> dict[str, Any]:
+        sources = []
+        for s in self.sources:
+            item: dict[str, Any] = {"path": s.path, "bytes": s.bytes_read, "lines": s.lines}
+            if s.warning:
+                item["warning"] = s.warning
+            if s.error:
+                item["error"] = s.error
+            sources.append(item)
+        sources += [{"path": e.path, "error": e.reason} for e in self.errors if e.path not in {s.path for s in self.sources}]
+        return {
+            "version": JSON_VERSION,
+            "sources": sources,
+            "diagnoses": self.diagnoses,
+            "unrecognized": [_residue(r) for r in self.triage.unrecognized()],
+        }
+
+
+# ---------------------------------------------------------------- text
+
+
+def where(line: Line) -> str:
+    who = []
+    if line.rank is not None:
+        who.append(f"rank {line.rank}")
+    if line.actor:
+        who.append(line.actor + (f" pid={line.pid}" if line.pid else ""))
+    if line.host:
+        who.append(line.host)
+    return f"{line.path}:{line.lineno}" + (f" ({', '.join(who)})" if who else "")
+
+
+def _spread(d: dict[str, Any]) -> str:
+    parts = [f"{d['count']}x" if d["count"] > 1 else "once"]
+    if d["ranks"]:
+        ranks = d["ranks"]
+        parts.append(f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks")
+    if len(d["files"]) > 1:
+        parts.append(f"{len(d['files'])} files")
+    return ", ".join(parts)
+
+
+def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False) -> None:
+    """One diagnosis: header, evidence, cause, fix, links."""
+    head = f"[bold]{n}.[/] " if n else ""
+    role = "" if d["role"] == "root" else " [dim](consequence)[/]"
+    con.print(f"{head}[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
+    ev = d["evidence"][0]
+    text = ev["text"].strip()
+    text = text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + " …"
+    con.print(f"   [cyan]{escape(ev['file'])}:{ev['line']}[/]  {escape(text)}", soft_wrap=False, overflow="fold")
+    if "verdict" in d:
+        colour = {"confirmed": "green", "refuted": "yellow"}.get(d["verdict"], "dim")
+        why = "; ".join(d.get("verdict_reasons", [])) or "no probe could decide"
+        con.print(f"   [bold {colour}]{d['verdict']}[/]: {escape(why)}")
+    if brief:
+        return
+    con.print(f"   [bold]Cause[/]  {escape(d['cause'])}")
+    con.print("   [bold]Fix[/]")
+    for i, step in enumerate(d["fix"], 1):
+        con.print(f"     {i}. {escape(step)}")
+    for link in d["links"][:3]:
+        con.print(f"   [dim]{link['kind']:<6}[/] {escape(link['url'])}  [dim]{escape(link['title'])}[/]")
+    more = d["docs"] or f"errmap explain {d['errno']}"
+    con.print(f"   [dim]more:[/] {escape(more)}")
+
+
+def print_report(con: Console, report: Report, verbose: bool = False) -> None:
+    for err in report.errors:
+        con.print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
+    for s in report.sources:
+        if s.warning:
+            con.print(f"[yellow]errmap:[/] {escape(s.path)}: {escape(s.warning)}")
+    diagnoses = report.diagnoses
+    residue = report.triage.unrecognized()
+    lines = sum(s.lines for s in report.sources)
+    scanned = f"{len(report.sources)} file{'s' if len(report.sources) != 1 else ''}, {lines:,} lines"
+    if not diagnoses and not residue:
+        con.print(f"[green]No error found[/] [dim]({scanned})[/]")
+        return
+    tops = [d for d in diagnoses if d["caused_by"] is None]
+    con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({scanned}; root cause first)[/]\n")
+    by_errno = {d["errno"]: d for d in diagnoses}
+    for n, d in enumerate(tops, 1):
+        print_diagnosis(con, d, n, brief=n > 1 and not verbose)
+        for c in d["consequences"]:
+            cd = by_errno[c]
+            con.print(f"   [dim]└─ caused[/] {cd['errno']} {escape(cd['title'])} [dim]({_spread(cd)}, first at {escape(cd['file'])}:{cd['line']})[/]")
+        con.print()
+    if residue:
+        shown = residue if verbose or not tops else residue[:3]
+        label = "Errors not in the knowledge base" if not tops else "Also seen, not in the knowledge base"
+        con.print(f"[bold]{label}[/] [dim]({len(residue)})[/]")
+        for r in shown:
+            count = f" [dim]({r.count}x)[/]" if r.count > 1 else ""
+            text = r.first.text.strip()[:SHOWN_TEXT]
+            con.print(f"   [cyan]{escape(where(r.first))}[/]  {escape(text)}{count}")
+        if len(shown) < len(residue):
+            con.print(f"   [dim]… {len(residue) - len(shown)} more (--verbose lists them)[/]")
+    if len(tops) > 1 and not verbose:
+        con.print("[dim]Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.[/]")
