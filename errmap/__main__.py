@@ -1,0 +1,3 @@
+from errmap.cli import run
+
+run()

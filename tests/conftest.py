@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+CATALOG = ROOT.parent / "shared" / "catalog.yaml"
+
+
+def errmap(*args: str, input: bytes | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "errmap", *args],
+        input=input, capture_output=True, timeout=timeout, cwd=ROOT,
+        env={**os.environ, "COLUMNS": "120", **(env or {})},
+    )
+
+
+def scan_json(*paths: str | Path, env: dict | None = None) -> dict:
+    proc = errmap("scan", "--format", "json", *map(str, paths), env=env)
+    assert proc.returncode in (0, 1), proc.stderr.decode()
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def kb():
+    from errmap import kb as kbmod
+
+    return kbmod.load()
+
+
+@pytest.fixture(scope="session")
+def matcher(kb):
+    from errmap.matcher import Matcher
+
+    return Matcher(kb)

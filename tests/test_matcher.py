@@ -1,0 +1,110 @@
+"""The streaming matcher: line splitting, numbering, prefixes, chunk independence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from errmap import kb as kbmod
+from errmap.lines import peel
+from errmap.matcher import MAX_LINE, Match, Matcher, Unrecognized, scan_chunks
+
+USER_KB = Path(__file__).parent / "data" / "userkb"
+
+
+@pytest.fixture(scope="module")
+def m() -> Matcher:
+    return Matcher(kbmod.load([USER_KB]))
+
+
+def events(m: Matcher, data: bytes, chunk: int = 1 << 20):
+    chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)] or [b""]
+    return list(scan_chunks(m, "t.log", chunks))
+
+
+def markers(evs) -> list[tuple[int, str]]:
+    return [(e.line.lineno, e.captures["n"]) for e in evs if isinstance(e, Match) and e.entry.errno == 9001]
+
+
+def test_line_numbers_count_newlines_only(m):
+    data = b"a\nerrmap-test-marker 1\r\nb\rerrmap-test-marker 2\n\nerrmap-test-marker 3"
+    assert markers(events(m, data)) == [(2, "1"), (3, "2"), (5, "3")]
+
+
+def test_ansi_and_prefixes_are_peeled(m):
+    data = b"\x1b[36m(WorkerDict pid=77, ip=10.1.2.3)\x1b[0m [rank5]:errmap-test-marker 4 [repeated 3x across cluster]\n"
+    (e,) = events(m, data)
+    assert (e.line.actor, e.line.pid, e.line.host, e.line.rank, e.line.repeat) == ("WorkerDict", 77, "10.1.2.3", 5, 3)
+    assert e.captures == {"n": "4"}
+
+
+def test_quiet_levels_do_not_count(m):
+    data = b"WARNING 05-09 17:35:49 [x.py:1] errmap-test-marker 1\nERROR 05-09 17:35:49 [x.py:1] errmap-test-marker 2\n"
+    assert markers(events(m, data)) == [(2, "2")]
+
+
+def test_invalid_utf8_and_nul_bytes(m):
+    data = b"\xff\xfe\x00garbage\x00\nerrmap-test-marker 9\n\x80\x81\n"
+    assert markers(events(m, data)) == [(2, "9")]
+
+
+def test_huge_line_is_cut_and_matching_continues(m):
+    data = b"errmap-test-marker 1" + b"x" * (MAX_LINE * 3) + b"\nerrmap-test-marker 2\n"
+    evs = events(m, data, chunk=1 << 16)
+    # the cut line keeps its start (the marker regex wants the whole line, so only the second matches)
+    assert markers(evs) == [(2, "2")]
+
+
+def test_unrecognized_exception_lines(m):
+    data = b"Traceback (most recent call last):\n  File \"x.py\", line 1\nMyCustomError: it broke\n"
+    (e,) = events(m, data)
+    assert isinstance(e, Unrecognized) and e.type == "MyCustomError" and e.line.lineno == 3
+
+
+def test_exception_words_inside_a_warning_are_not_errors(m):
+    data = b"UserWarning: falling back because of ImportError: no module\nWARNING:root:ValueError: ignored\n"
+    assert events(m, data) == []
+
+
+def test_peel_glog_and_timestamps():
+    line = peel("f", 1, "[rank0]:[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught")
+    assert line.rank == 0 and line.level == "ERROR" and line.text == "[Rank 0] Watchdog caught"
+    line = peel("f", 1, "2024-05-09 17:35:49,123 - INFO - hello")
+    assert line.text.endswith("hello")
+
+
+LINES = st.lists(
+    st.one_of(
+        st.sampled_from(["errmap-test-marker 1", "errmap-test-marker 22", "KeyError: 'x'", "step 1 loss=0.1", ""]),
+        st.text(max_size=30),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(LINES, st.sampled_from([b"\n", b"\r\n", b"\r"]), st.integers(1, 40))
+def test_any_chunk_split_gives_the_same_events(m, lines, sep, size):
+    data = sep.join(s.encode("utf-8", "replace") for s in lines)
+    whole = [(type(e).__name__, e.line.lineno, e.line.text) for e in events(m, data)]
+    split = [(type(e).__name__, e.line.lineno, e.line.text) for e in events(m, data, chunk=size)]
+    assert whole == split
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=2000), st.integers(1, 64))
+def test_arbitrary_bytes_never_raise(m, data, size):
+    events(m, data, chunk=size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="ab \r", max_size=8), max_size=20), st.integers(0, 25))
+def test_reported_line_is_the_lines_position(m, filler, where):
+    lines = [s.replace("\r", "") for s in filler]
+    where = min(where, len(lines))
+    lines.insert(where, "errmap-test-marker 5")
+    data = "\n".join(lines).encode()
+    assert markers(events(m, data, chunk=7)) == [(where + 1, "5")]
