@@ -128,8 +128,8 @@ class Entry(BaseModel):
         for check in self.checks:
             if check.capture and check.capture not in names:
                 raise ValueError(f"check capture {check.capture!r} is not a capture of any anchor")
-        if self.role == "root" and self.caused_by:
-            raise ValueError("caused_by is for consequence entries")
+        if self.errno in self.caused_by:
+            raise ValueError("an entry cannot be caused by itself")
         return self
 
     def fill(self, text: str, captures: dict[str, str]) -> str:

@@ -22,12 +22,12 @@ _PREFIXES = [
     # torchrun / torch.distributed: "[rank3]:", "[Rank 3]:", "[default3]:"
     regex.compile(r"\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"),
     # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] "
-    regex.compile(r"\[(?P<level>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]+\]\s*"),
+    regex.compile(r"\[(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+) +\d+ [^\]]+\]\s*"),
     # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] "
-    regex.compile(r"\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ |:-]*"),
+    regex.compile(r"\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?[ |:-]*"),
     # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " and "WARNING:root:"
     regex.compile(
-        r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)?"
+        r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
         r"(?: \[[^\]]*\])?(?::[\w.]*:|:| -| \|)?\s+"
     ),
 ]
@@ -49,6 +49,7 @@ class Line:
     pid: int | None = None
     host: str | None = None
     level: str | None = None
+    time: str | None = None  # the timestamp as printed
     repeat: int = 1  # Ray's "[repeated 7x across cluster]"
     cut: bool = False  # longer than the line bound; only its start was kept
 

@@ -27,8 +27,8 @@ def docs_url(errno: int) -> str | None:
 
 
 def _evidence(line: Line) -> dict[str, Any]:
-    out: dict[str, Any] = {"file": line.path, "line": line.lineno, "text": line.raw}
-    for name in ("rank", "actor", "pid", "host", "level"):
+    out: dict[str, Any] = {"file": line.path, "line": line.lineno, "text": line.raw, "message": line.text}
+    for name in ("rank", "actor", "pid", "host", "level", "time"):
         if (value := getattr(line, name)) is not None:
             out[name] = value
     if line.cut:
@@ -74,14 +74,17 @@ class Report:
     errors: list[InputError] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # per-errno additions, e.g. probe verdicts
 
-    @property
-    def diagnoses(self) -> list[dict[str, Any]]:
+    def ranked(self) -> list[tuple[Incident, dict[str, Any]]]:
         out = []
         for inc in self.triage.ranked():
             d = diagnose(inc)
             d.update(self.extra.get(inc.fingerprint, {}))
-            out.append(d)
+            out.append((inc, d))
         return out
+
+    @property
+    def diagnoses(self) -> list[dict[str, Any]]:
+        return [d for _, d in self.ranked()]
 
     def exit_code(self) -> int:
         if self.errors:
@@ -109,15 +112,16 @@ class Report:
 # ---------------------------------------------------------------- text
 
 
-def where(line: Line) -> str:
+def _where(ev: dict[str, Any]) -> str:
+    """'train.log:12 (rank 3, WorkerDict pid=77, 10.0.0.1)' from an evidence dict."""
     who = []
-    if line.rank is not None:
-        who.append(f"rank {line.rank}")
-    if line.actor:
-        who.append(line.actor + (f" pid={line.pid}" if line.pid else ""))
-    if line.host:
-        who.append(line.host)
-    return f"{line.path}:{line.lineno}" + (f" ({', '.join(who)})" if who else "")
+    if ev.get("rank") is not None:
+        who.append(f"rank {ev['rank']}")
+    if ev.get("actor") or ev.get("pid"):
+        who.append(" ".join(str(x) for x in (ev.get("actor"), ev.get("pid") and f"pid={ev['pid']}") if x))
+    if ev.get("host"):
+        who.append(ev["host"])
+    return f"{ev['file']}:{ev['line']}" + (f" ({', '.join(who)})" if who else "")
 
 
 def _spread(d: dict[str, Any]) -> str:
@@ -136,9 +140,10 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     role = "" if d["role"] == "root" else " [dim](consequence)[/]"
     con.print(f"{head}[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
     ev = d["evidence"][0]
-    text = ev["text"].strip()
+    text = ev["message"].strip()
     text = text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + " …"
-    con.print(f"   [cyan]{escape(ev['file'])}:{ev['line']}[/]  {escape(text)}", soft_wrap=False, overflow="fold")
+    con.print(f"   [cyan]{escape(_where(ev))}[/]")
+    con.print(f"   [dim]│[/] {escape(text)}")
     if "verdict" in d:
         colour = {"confirmed": "green", "refuted": "yellow"}.get(d["verdict"], "dim")
         why = "; ".join(d.get("verdict_reasons", [])) or "no probe could decide"
@@ -161,21 +166,19 @@ def print_report(con: Console, report: Report, verbose: bool = False) -> None:
     for s in report.sources:
         if s.warning:
             con.print(f"[yellow]errmap:[/] {escape(s.path)}: {escape(s.warning)}")
-    diagnoses = report.diagnoses
+    ranked = report.ranked()
     residue = report.triage.unrecognized()
     lines = sum(s.lines for s in report.sources)
     scanned = f"{len(report.sources)} file{'s' if len(report.sources) != 1 else ''}, {lines:,} lines"
-    if not diagnoses and not residue:
+    if not ranked and not residue:
         con.print(f"[green]No error found[/] [dim]({scanned})[/]")
         return
-    tops = [d for d in diagnoses if d["caused_by"] is None]
+    tops = [(inc, d) for inc, d in ranked if inc.cause is None]
+    dicts = {id(inc): d for inc, d in ranked}
     con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({scanned}; root cause first)[/]\n")
-    by_errno = {d["errno"]: d for d in diagnoses}
-    for n, d in enumerate(tops, 1):
+    for n, (inc, d) in enumerate(tops, 1):
         print_diagnosis(con, d, n, brief=n > 1 and not verbose)
-        for c in d["consequences"]:
-            cd = by_errno[c]
-            con.print(f"   [dim]└─ caused[/] {cd['errno']} {escape(cd['title'])} [dim]({_spread(cd)}, first at {escape(cd['file'])}:{cd['line']})[/]")
+        _print_consequences(con, inc, dicts)
         con.print()
     if residue:
         shown = residue if verbose or not tops else residue[:3]
@@ -183,9 +186,18 @@ def print_report(con: Console, report: Report, verbose: bool = False) -> None:
         con.print(f"[bold]{label}[/] [dim]({len(residue)})[/]")
         for r in shown:
             count = f" [dim]({r.count}x)[/]" if r.count > 1 else ""
-            text = r.first.text.strip()[:SHOWN_TEXT]
-            con.print(f"   [cyan]{escape(where(r.first))}[/]  {escape(text)}{count}")
+            con.print(f"   [cyan]{escape(_where(_evidence(r.first)))}[/]  {escape(r.first.text.strip()[:SHOWN_TEXT])}{count}")
         if len(shown) < len(residue):
             con.print(f"   [dim]… {len(residue) - len(shown)} more (--verbose lists them)[/]")
     if len(tops) > 1 and not verbose:
         con.print("[dim]Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.[/]")
+
+
+def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, Any]], depth: int = 1) -> None:
+    for c in inc.consequences:
+        cd = dicts[id(c)]
+        con.print(
+            f"   {'   ' * (depth - 1)}[dim]└─ led to[/] {cd['errno']} {escape(cd['title'])} "
+            f"[dim]({_spread(cd)}; first at {escape(_where(cd['evidence'][0]))})[/]"
+        )
+        _print_consequences(con, c, dicts, depth + 1)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import regex
+
 from errmap.kb import Entry
 from errmap.lines import Line
 from errmap.matcher import Event, Match, Unrecognized
 
 MAX_EVIDENCE = 5
+_NUMBERS = regex.compile(r"\d+")
 
 
 @dataclass
@@ -69,7 +72,7 @@ class Triage:
         """Record one event; return the incident or residue if this event opened it."""
         self._events += 1
         if isinstance(event, Unrecognized):
-            key = (event.type, event.message[:200])
+            key = (event.type, _NUMBERS.sub("N", event.message[:200]))
             fresh = key not in self.residue
             if fresh:
                 self.residue[key] = Residue(event.type, event.message, event.line, self._events)
@@ -91,22 +94,36 @@ class Triage:
         return inc if fresh else None
 
     def ranked(self) -> list[Incident]:
-        """Root causes by first appearance, each with its consequences; then unexplained consequences."""
+        """Root causes by first appearance, each with what it caused; then unexplained consequences.
+
+        An incident whose KB entry names a cause (`caused_by`) is folded under the earliest incident of
+        that cause: a consequence wherever it appears (ranks interleave their output), a root-role
+        incident only when its cause came first.
+        """
         incidents = sorted(self.incidents.values(), key=lambda i: i.order)
         for inc in incidents:
             inc.cause, inc.consequences = None, []
         roots = [i for i in incidents if i.entry.role == "root"]
-        loose: list[Incident] = []
         for inc in incidents:
-            if inc.entry.role == "root":
-                continue
-            cause = next((r for r in roots if r.entry.errno in inc.entry.caused_by), None)
-            if cause is None:
-                loose.append(inc)
-            else:
-                inc.cause = cause
-                cause.consequences.append(inc)
-        return roots + loose
+            causes = [
+                r for r in roots
+                if r is not inc and r.entry.errno in inc.entry.caused_by
+                and (inc.entry.role == "consequence" or r.order < inc.order)
+            ]
+            if causes:
+                inc.cause = causes[0]
+                causes[0].consequences.append(inc)
+        top = [i for i in roots if i.cause is None]
+        folded = [c for r in top for c in _descendants(r)]
+        loose = [i for i in incidents if i.entry.role == "consequence" and i.cause is None]
+        return top + folded + loose
 
     def unrecognized(self) -> list[Residue]:
         return sorted(self.residue.values(), key=lambda r: r.order)
+
+
+def _descendants(inc: Incident) -> list[Incident]:
+    out = []
+    for c in inc.consequences:
+        out += [c, *_descendants(c)]
+    return out
