@@ -13,10 +13,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from errmap import kb as kbmod
+from errmap import verify
+from errmap.verify import probe_options
 from errmap.matcher import Matcher
-from errmap.report import Report, print_diagnosis, print_report
+from errmap.report import Report, diagnose, print_diagnosis, print_report
 from errmap.scan import scan, scan_source
-from errmap.source import Source, expand
+from errmap.source import InputError, Source, expand
 from errmap.triage import Incident, Residue, Triage
 
 EXIT_INPUT = 2
@@ -61,14 +63,19 @@ def main() -> None:
 @format_option
 @click.option("-v", "--verbose", is_flag=True, help="Every diagnosis in full and every unrecognized error line.")
 @kb_option
-def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str, ...]) -> None:
+@probe_options
+def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str, ...],
+             probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose log files, directories of logs, .gz files or - for stdin.
 
     Exit status: 0 no error found, 1 errors diagnosed, 2 usage or input error.
     """
     kb = _load_kb(kb_dirs)
     found = expand(list(paths))
+    sniffer = verify.sniff(found.sources) if probe else None
     report = scan(Matcher(kb), found.sources, found.errors)
+    if sniffer is not None:
+        verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
     _emit(report, fmt, verbose)
     sys.exit(report.exit_code())
 
@@ -87,7 +94,9 @@ def _emit(report: Report, fmt: str, verbose: bool) -> None:
               help="Follow FILE like tail -F (waits for it, survives rotation and truncation).")
 @format_option
 @kb_option
-def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...]) -> None:
+@probe_options
+def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
+          probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose a live log from stdin (or --follow FILE) as each line arrives.
 
     python train.py 2>&1 | tee train.log | errmap watch
@@ -95,42 +104,52 @@ def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...]) -> None:
     kb = _load_kb(kb_dirs)
     matcher = Matcher(kb)
     triage = Triage()
-    out = _console(stderr=fmt == "json")
+    out = _console()
 
     def on_new(item: Incident | Residue) -> None:
+        if fmt == "json":
+            return  # one JSON document at the end; nothing else on stdout
         if isinstance(item, Residue):
             out.print(f"[yellow]errmap: unrecognized error[/] [cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
         else:
-            from errmap.report import diagnose
-
-            print_diagnosis(out, diagnose(item), brief=item.entry.role == "consequence")
+            d = diagnose(item)
+            if probe:
+                d.update(probed(item))
+            print_diagnosis(out, d, brief=item.entry.role == "consequence")
         out.file.flush()
+
+    def probed(inc: Incident) -> dict:
+        if inc.fingerprint not in report.extra:
+            settings = sniffer.settings if sniffer is not None else verify.sniff_file(follow_path)
+            prober = verify.prober_for(settings, data_file, model_dir)
+            report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()
+        return report.extra[inc.fingerprint]
 
     source = Source(follow_path or "-")
     report = Report([source], triage)
+    sniffer = verify.sniff([source]) if probe and not follow_path else None
     try:
         if follow_path:
             from errmap.follow import follow_into
 
-            follow_into(matcher, follow_path, triage, on_new, notice=lambda msg: out.print(f"[yellow]errmap:[/] {escape(msg)}"))
+            notices = _console(stderr=True)
+            follow_into(matcher, follow_path, triage, on_new, notice=lambda msg: notices.print(f"[yellow]errmap:[/] {escape(msg)}"))
         else:
             scan_source(matcher, source, triage, on_new)
             if source.error:
-                report.errors.append(_input_error(source))
+                report.errors.append(InputError(source.path, source.error))
+    except InputError as exc:
+        report.errors.append(exc)
     except KeyboardInterrupt:
-        _summary(report, fmt)
+        _summary(report, fmt, probed if probe else None)
         sys.exit(130)
-    _summary(report, fmt)
+    _summary(report, fmt, probed if probe else None)
     sys.exit(report.exit_code())
 
 
-def _input_error(source: Source):
-    from errmap.source import InputError
-
-    return InputError(source.path, source.error or "unreadable")
-
-
-def _summary(report: Report, fmt: str) -> None:
+def _summary(report: Report, fmt: str, probed=None) -> None:
+    for inc in report.triage.incidents.values() if probed else ():
+        probed(inc)
     if fmt == "json":
         click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
         return
@@ -154,7 +173,32 @@ def explain(code: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(entry.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
-        print_entry(_console(), entry)
+        print_entry(_console(), entry, kb, Matcher(kb))
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--data", "data_files", multiple=True, type=click.Path(), metavar="FILE",
+              help="A parquet file the run will read (repeatable; data.train_files/val_files after -- count too).")
+@click.option("--model", "model_dir", type=click.Path(), metavar="DIR",
+              help="The model folder (else actor_rollout_ref.model.path after --).")
+@format_option
+@click.argument("overrides", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINING OVERRIDES...]")
+def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrides: tuple[str, ...]) -> None:
+    """Check this machine, data and model before a run; warn about the codes it will hit.
+
+    errmap doctor --data train.parquet -- trainer.n_gpus_per_node=8 data.max_prompt_length=4096
+
+    Exit status: 0 nothing predicted, 1 warnings, 2 usage error.
+    """
+    from errmap.doctor import diagnose_setup, print_doctor
+
+    kb = _load_kb(())
+    doc = diagnose_setup(list(data_files), model_dir, list(overrides))
+    if fmt == "json":
+        click.echo(json.dumps(doc.to_json(kb), indent=2, ensure_ascii=False, default=str))
+    else:
+        print_doctor(_console(), doc, kb)
+    sys.exit(1 if doc.warnings else 0)
 
 
 @main.command("list")
@@ -199,6 +243,39 @@ def kb_check(kb_dirs: tuple[str, ...]) -> None:
         sys.exit(1)
     con.print(f"[green]knowledge base OK[/]: {len(kbmod.load([Path(p) for p in kb_dirs]))} entries")
 
+
+@main.group("docs")
+def docs_group() -> None:
+    """The docs site: one page per code, generated from the knowledge base."""
+
+
+@docs_group.command("build")
+@click.option("--out", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Folder of the built site (default: site/ of the checkout).")
+def docs_build(out: str | None) -> None:
+    """Build the site, strictly: a broken link or a KB problem fails it (needs the docs extra)."""
+    from errmap.docs import build
+
+    try:
+        sys.exit(build(Path(out) if out else None))
+    except FileNotFoundError as exc:
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(str(exc))}")
+        sys.exit(EXIT_INPUT)
+
+
+@docs_group.command("serve")
+@click.option("--dir", "site", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="The built site (default: site/ of the checkout).")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port on 127.0.0.1; 0 picks a free one.")
+def docs_serve(site: str | None, port: int) -> None:
+    """Serve the built site on 127.0.0.1 (its search needs HTTP)."""
+    from errmap.docs import checkout, serve
+
+    folder = Path(site) if site else checkout() / "site"
+    if not (folder / "index.html").is_file():
+        _console(stderr=True).print(f"[bold red]errmap:[/] no built site in {escape(str(folder))}; run `errmap docs build` first")
+        sys.exit(EXIT_INPUT)
+    serve(folder, port)
 
 def run() -> None:
     """Entry point with the process-level behaviour a pipe tool needs."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import codecs
 import glob
-import gzip
 import os
 import sys
 import zlib
@@ -70,12 +69,24 @@ class Source:
                 yield chunk
 
     def _read_gzip(self, f) -> Iterator[bytes]:
-        gz = gzip.GzipFile(fileobj=f)
+        """Decompress member by member, yielding as it goes, so a cut file gives all it holds."""
+        d = zlib.decompressobj(wbits=31)
+        inside = False  # fed a member that has not ended yet
         try:
-            while chunk := gz.read(CHUNK):
-                yield chunk
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            self.warning = f"gzip data ends early or is damaged ({exc}); read up to the break"
+            while data := f.read(CHUNK):
+                while data:
+                    inside = True
+                    yield d.decompress(data)
+                    data = b""
+                    if d.eof:
+                        inside, data = False, d.unused_data
+                        d = zlib.decompressobj(wbits=31)
+        except zlib.error as exc:
+            self.warning = f"gzip data is damaged ({exc}); read up to the damage"
+            return
+        if inside:
+            yield d.flush()
+            self.warning = "gzip data ends early (the file is truncated); read up to the break"
 
 
 def _read_fd(fd: int) -> Iterator[bytes]:
