@@ -1,42 +1,166 @@
-"""`errmap explain`: a KB entry in the terminal, in the same sections as its docs page."""
+"""`errmap explain`: a KB entry in the terminal, in the same sections as its docs page.
+
+`SECTIONS` is the one list of headings: `print_entry` prints them here and `errmap.docs` renders
+them as the page of the code, from the same helpers (`find_example`, `related`, `probe_lines`).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from errmap.kb import Entry
+from errmap.kb import KB, Entry
+from errmap.lines import ANSI
 from errmap.probes import PROBES
 from errmap.report import docs_url
 
+SECTIONS = (
+    "What it means",
+    "Example log",
+    "Messages it matches",
+    "Why it happens",
+    "How to fix",
+    "Upstream patches and references",
+    "How errmap confirms it",
+    "Related codes",
+)
+BEFORE, AFTER = 8, 3  # lines of context shown around the matching line of an example log
+SHOWN = 240  # characters of one example line
+MAX_FIXTURE = 8 << 20  # bytes of a fixture read to find an example
 
-def print_entry(con: Console, e: Entry) -> None:
-    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]\n")
-    con.print("[bold]What it means[/]")
-    con.print(f"  {escape(e.summary)}\n")
-    con.print("[bold]Messages it matches[/]")
+
+@dataclass(frozen=True)
+class Example:
+    """A window of a fixture log around the first line that the matcher gives to this code."""
+
+    path: str  # relative to the checkout, e.g. fixtures/1012/p40.log
+    lines: tuple[tuple[int, str], ...]  # (line number, text), ANSI stripped, cut to SHOWN characters
+    marked: int  # the number of the matching line
+    origin: str  # recorded or built, from the sidecar
+    how: str  # how the log was made, from the sidecar
+
+
+def fixtures_dir() -> Path | None:
+    """fixtures/ of a checkout; an installed package has none."""
+    folder = Path(__file__).resolve().parent.parent / "fixtures"
+    return folder if folder.is_dir() else None
+
+
+def _cut(text: str) -> str:
+    text = text.rstrip()
+    return text if len(text) <= SHOWN else text[:SHOWN] + " …"
+
+
+def _sidecar(log: Path) -> dict:
+    side = log.with_name(log.name.removesuffix(".log") + ".source.yaml")
+    try:
+        data = yaml.safe_load(side.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
+    """The first fixture of the code (recorded before built) in which errmap's own matcher finds the code."""
+    from errmap.matcher import Match, scan_chunks
+
+    folder = fixtures / str(e.errno) if fixtures else None
+    if folder is None or not folder.is_dir():
+        return None
+    logs = sorted(folder.glob("*.log"), key=lambda p: (_sidecar(p).get("origin") != "recorded", p.name))
+    for log in logs:
+        try:
+            with log.open("rb") as fh:
+                data = fh.read(MAX_FIXTURE)
+        except OSError:
+            continue
+        hit = next((ev for ev in scan_chunks(matcher, str(log), [data])
+                    if isinstance(ev, Match) and ev.entry.errno == e.errno), None)
+        if hit is None:
+            continue
+        rows = ANSI.sub(b"", data).decode("utf-8", "replace").split("\n")
+        n = hit.line.lineno
+        window = []
+        for i in range(max(1, n - BEFORE), min(len(rows), n + AFTER) + 1):
+            if i == n:
+                text = hit.line.raw
+            else:  # a line of \r segments (a progress bar) shows as a terminal leaves it: its last segment
+                segments = [s for s in rows[i - 1].split("\r") if s.strip()]
+                text = segments[-1] if segments else ""
+            window.append((i, _cut(text).replace("\x00", "")))
+        while window and window[-1][0] > n and not window[-1][1].strip():
+            window.pop()
+        side = _sidecar(log)
+        rel = log.relative_to(fixtures.parent) if fixtures else log
+        return Example(rel.as_posix(), tuple(window), n, str(side.get("origin", "")), str(side.get("how", "")))
+    return None
+
+
+def related(e: Entry, kb: KB | None) -> list[tuple[str, int, str | None]]:
+    """(label, errno, title) for the codes that cause this one and for related codes."""
+    title = (lambda n: kb.entries[n].title if kb and n in kb.entries else None)
+    return [("Usually caused by", n, title(n)) for n in e.caused_by] + [("Related", n, title(n)) for n in e.related]
+
+
+def probe_lines(e: Entry) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The probes with what each reads, and the checks as (verdict, sentence)."""
+    return [(p, PROBES.get(p, "")) for p in e.probes], [(c.verdict, c.says) for c in e.checks]
+
+
+def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> None:
+    head = iter(SECTIONS)
+
+    def section(extra: str = "") -> None:
+        con.print(f"\n[bold]{next(head)}[/]{extra}")
+
+    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
+    section()
+    con.print(f"  {escape(e.summary)}")
+    if e.applies_to:
+        con.print(f"  [dim]Applies to:[/] {escape(e.applies_to)}")
+
+    example = find_example(e, matcher, fixtures_dir()) if matcher is not None else None
+    section(f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "")
+    if example is None:
+        con.print("  [dim]No example log recorded yet.[/]")
+    else:
+        width = len(str(example.lines[-1][0]))
+        for n, text in example.lines:
+            if n == example.marked:
+                con.print(f"[bold red]▶[/] [bold]{n:>{width}}[/]  [bold]{escape(text)}[/]", soft_wrap=False, overflow="fold")
+            else:
+                con.print(f"  [dim]{n:>{width}}[/]  {escape(text)}", soft_wrap=False, overflow="fold")
+
+    section()
     for a in e.anchors:
         con.print(f"  [cyan]{escape(' | '.join(a.literals))}[/]  [dim]{escape(a.source)}[/]")
-    con.print("\n[bold]Why it happens[/]")
-    con.print(f"  {escape(e.fill(e.cause, {}))}\n")
-    con.print("[bold]How to fix[/]")
+        con.print(f"    [dim]pattern[/] {escape(a.regex)}")
+    section()
+    con.print(f"  {escape(e.fill(e.cause, {}))}")
+    section()
     for i, step in enumerate(e.fix, 1):
         con.print(f"  {i}. {escape(e.fill(step, {}))}")
-    con.print("\n[bold]Upstream patches and references[/]")
+    section()
     for link in e.links:
         fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""
         con.print(f"  [dim]{link.kind:<7}[/] {escape(link.url)}\n          {escape(link.title)}{escape(fixed)}")
-    if e.probes:
-        con.print("\n[bold]How errmap confirms it[/]  [dim](errmap scan --probe)[/]")
-        for name in e.probes:
-            con.print(f"  [cyan]{name}[/]: {escape(PROBES.get(name, ''))}")
-        for c in e.checks:
-            con.print(f"  [dim]{c.verdict} when[/] {escape(c.says)}")
-    if e.applies_to:
-        con.print(f"\n[bold]Applies to[/]  {escape(e.applies_to)}")
-    rel = [*e.related, *e.caused_by]
-    if rel:
-        label = "Usually caused by" if e.caused_by else "Related codes"
-        con.print(f"\n[bold]{label}[/]  " + ", ".join(str(r) for r in rel))
+    probes, checks = probe_lines(e)
+    section("  [dim](errmap scan --probe)[/]" if probes else "")
+    if not probes:
+        con.print("  [dim]No probe: the message in the log decides alone.[/]")
+    for name, what in probes:
+        con.print(f"  [cyan]{name}[/]: {escape(what)}")
+    for verdict, says in checks:
+        con.print(f"  [dim]{verdict} when[/] {escape(says)}")
+    section()
+    rel = related(e, kb)
+    if not rel:
+        con.print("  [dim]None.[/]")
+    for label, n, title in rel:
+        con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
     if url := docs_url(e.errno):
         con.print(f"\n[dim]docs:[/] {escape(url)}")

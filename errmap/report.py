@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -21,9 +22,14 @@ SHOWN_TEXT = 300  # characters of an evidence line shown in text output
 
 
 def docs_url(errno: int) -> str | None:
-    """The docs page of a code under ERRMAP_DOCS_URL, when the user has set a base URL."""
+    """The docs page of a code: under ERRMAP_DOCS_URL when the user has set a base URL, else the
+    page in the site built in this checkout (`errmap docs build`), else none."""
     base = os.environ.get("ERRMAP_DOCS_URL", "").rstrip("/")
-    return f"{base}/errno/{errno}/" if base else None
+    if base:
+        return f"{base}/errno/{errno}/"
+    root = Path(__file__).resolve().parent.parent
+    page = root / "site" / "errno" / str(errno) / "index.html"
+    return page.as_uri() if (root / "mkdocs.yml").is_file() and page.is_file() else None
 
 
 def _evidence(line: Line) -> dict[str, Any]:

@@ -1,0 +1,304 @@
+"""The docs site: one page per errno, generated from kb/ when the site is built.
+
+This file is also the MkDocs hook named in mkdocs.yml: `on_config` puts the codes into the
+navigation and `on_files` adds the generated pages (errno/index.md, errno/<n>/index.md), so
+`mkdocs build --strict` and `errmap docs build` give the same site and no page is written by hand.
+The sections of a page are `errmap.explain.SECTIONS`, filled by the same helpers as `errmap explain`.
+
+Everything taken from a KB entry or a log is HTML-escaped, and the characters Markdown would read
+as markup become character references, so a log line prints as written and never as markup.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+CONFIG = "mkdocs.yml"
+ROLE = {"root": "root cause", "consequence": "consequence"}
+# HTML's special characters and Markdown's markup characters, as character references.
+_ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
+_ESC.update({c: f"&#{ord(c)};" for c in "\\`*_[]{}|#+-!~"})
+_CODE_SPAN = re.compile(r"(`[^`]+`)")
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def checkout() -> Path:
+    """The folder holding mkdocs.yml, docs/ and kb/: the checkout errmap runs from."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / CONFIG).is_file():
+        raise FileNotFoundError(f"{root / CONFIG} not found: the docs site is built from a checkout of errmap")
+    return root
+
+
+def page_uri(errno: int) -> str:
+    """The source path of a code's page; it is served as /errno/<n>/ and never moves."""
+    return f"errno/{errno}/index.md"
+
+
+# ---------------------------------------------------------------- escaping
+
+
+def text(value: str) -> str:
+    """Plain text for a Markdown line: HTML-escaped, Markdown markup characters as references."""
+    return "".join(_ESC.get(c, c) for c in value)
+
+
+def _code(value: str) -> str:
+    """Code; a long name may break after . _ = / so that it wraps on a phone."""
+    body = text(value)
+    if len(value) > 24:
+        body = re.sub(r"(\.|&#95;|=|/)", r"\1<wbr>", body)
+    return f"<code>{body}</code>"
+
+
+def prose(value: str, names: set[str] | None = None) -> str:
+    """KB prose for a page: `code` spans become <code>, {capture} placeholders show as <capture>."""
+    names = names or set()
+
+    def holes(part: str) -> str:
+        out, last = [], 0
+        for m in _PLACEHOLDER.finditer(part):
+            out.append(text(part[last:m.start()]))
+            out.append(f"<var>&lt;{m[1]}&gt;</var>" if m[1] in names else text(m[0]))
+            last = m.end()
+        return "".join(out) + text(part[last:])
+
+    pieces = []
+    for part in _CODE_SPAN.split(value):
+        if part.startswith("`") and part.endswith("`") and len(part) > 2:
+            pieces.append(_code(_PLACEHOLDER.sub(lambda m: f"<{m[1]}>" if m[1] in names else m[0], part[1:-1])))
+        else:
+            pieces.append(holes(part))
+    return "".join(pieces)
+
+
+def _link(url: str, label: str) -> str:
+    return f'<a href="{html.escape(url, quote=True)}">{text(label)}</a>'
+
+
+def _source(value: str) -> str:
+    """An anchor's source: a link when it is a URL, else the words as code."""
+    if re.fullmatch(r"https://\S+", value):
+        return _link(value, value)
+    return prose(value)
+
+
+# ---------------------------------------------------------------- pages
+
+
+def example_html(example) -> str:
+    """The example log as a raw HTML block, the matching line marked."""
+    from errmap.explain import Example
+
+    assert isinstance(example, Example)
+    rows = []
+    for n, line in example.lines:
+        # The number is drawn by CSS from data-n, so copying the block copies the log alone.
+        body = html.escape(line, quote=False) + "\n"
+        if n == example.marked:
+            rows.append(f'<mark class="errmap-row errmap-hit" data-n="{n}" title="the line errmap matched">{body}</mark>')
+        else:
+            rows.append(f'<span class="errmap-row" data-n="{n}">{body}</span>')
+    how = f" · {html.escape(example.how)}" if example.how else ""
+    origin = html.escape(example.origin or "source not recorded")
+    return (
+        '<div class="errmap-log">\n'
+        f'<p class="errmap-log-source"><code>{html.escape(example.path)}</code>, line {example.marked} '
+        f'({origin}{how})</p>\n'
+        '<pre><code>' + "".join(rows) + "</code></pre>\n</div>"
+    )
+
+
+def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
+    """The Markdown of one code's page, section by section as `errmap explain` prints them."""
+    from errmap.explain import SECTIONS, find_example, probe_lines, related
+
+    names = e.captures
+    heads = iter(SECTIONS)
+    out = [
+        f"# {e.errno} · {text(e.title)}",
+        "",
+        f'<p class="errmap-meta"><code>{e.slug}</code> · {html.escape(e.group)} · {ROLE.get(e.role, e.role)}</p>',
+        "",
+    ]
+
+    def section() -> None:
+        out.extend([f"## {next(heads)}", ""])
+
+    section()
+    out += [prose(e.summary), ""]
+    if e.applies_to:
+        out += [f"**Applies to:** {prose(e.applies_to)}", ""]
+
+    section()
+    example = find_example(e, matcher, fixtures)
+    if example is None:
+        out += ["No example log is recorded for this code yet; the messages below are what errmap looks for.", ""]
+    else:
+        out += [example_html(example), ""]
+
+    section()
+    for a in e.anchors:
+        lits = " or ".join(_code(lit) for lit in a.literals)
+        out.append(f"- {lits}, printed by {_source(a.source)}<br>"
+                   f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>')
+    out.append("")
+
+    section()
+    out += [prose(e.cause, names), ""]
+
+    section()
+    out += [f"{i}. {prose(step, names)}" for i, step in enumerate(e.fix, 1)] + [""]
+
+    section()
+    for link in e.links:
+        fixed = f" (fixed in {text(link.fixed_in)})" if link.fixed_in else ""
+        out.append(f"- **{link.kind}** {_link(link.url, link.title)}{fixed}")
+    out.append("")
+
+    section()
+    probes, checks = probe_lines(e)
+    if not probes:
+        out += ["No probe: the message in the log decides alone.", ""]
+    else:
+        out += ["`errmap scan --probe` reads these facts from the machine the run failed on:", ""]
+        out += [f"- {_code(name)}: {text(what)}" for name, what in probes] + [""]
+        out += [f"- **{verdict}** when {prose(says)}" for verdict, says in checks] + ([""] if checks else [])
+
+    section()
+    rel = related(e, kb)
+    if not rel:
+        out += ["None.", ""]
+    for label, n, title in rel:
+        out.append(f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)")
+    out += ["", f'<p class="errmap-foot">In the terminal: <code>errmap explain {e.errno}</code></p>', ""]
+    return "\n".join(out)
+
+
+def groups(kb) -> list[tuple[str, list]]:
+    """The codes by group, in errno order (the catalog's grouping)."""
+    out: list[tuple[str, list]] = []
+    for e in kb:
+        if not out or out[-1][0] != e.group:
+            out.append((e.group, []))
+        out[-1][1].append(e)
+    return out
+
+
+def index_page(kb) -> str:
+    n = len(kb)
+    out = [
+        "# Error codes",
+        "",
+        f"The {n} code{'s' if n != 1 else ''} errmap diagnoses, grouped as in its catalog. A *root cause* is the error "
+        "itself; a *consequence* is what usually follows another error, so errmap looks for that one first.",
+        "",
+    ]
+    for name, entries in groups(kb):
+        out += [f"## {text(name)}", "", "| errno | title | role |", "| --- | --- | --- |"]
+        for e in entries:
+            out.append(f"| [{e.errno}]({e.errno}/index.md) | [{text(e.title)}]({e.errno}/index.md) | {ROLE.get(e.role, e.role)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def pages(kb, fixtures: Path | None) -> dict[str, str]:
+    """Every generated page by source path."""
+    from errmap.matcher import Matcher
+
+    matcher = Matcher(kb)
+    out = {"errno/index.md": index_page(kb)}
+    for e in kb:
+        out[page_uri(e.errno)] = errno_page(e, kb, matcher, fixtures)
+    return out
+
+
+def nav(kb) -> list:
+    return [
+        {"Home": "index.md"},
+        {"Error codes": "errno/index.md"},
+        *({name: [{f"{e.errno} · {e.title}": page_uri(e.errno)} for e in entries]} for name, entries in groups(kb)),
+    ]
+
+
+def load_kb(root: Path):
+    """The KB of this checkout; any problem fails the build with the list of problems."""
+    from errmap import kb as kbmod
+
+    entries, problems = kbmod._load_dir(root / "kb", kbmod.OFFICIAL_RANGE)
+    problems += kbmod.cross_check(entries)
+    if problems:
+        raise kbmod.KBError(problems)
+    return kbmod.KB(entries)
+
+
+# ---------------------------------------------------------------- MkDocs hook
+
+_STATE: dict = {}
+
+
+def on_config(config):
+    from mkdocs.exceptions import PluginError
+
+    from errmap import kb as kbmod
+
+    root = Path(config.config_file_path).resolve().parent
+    try:
+        kb = load_kb(root)
+    except kbmod.KBError as exc:
+        raise PluginError("the knowledge base has problems:\n  " + "\n  ".join(exc.problems)) from None
+    fixtures = root / "fixtures"
+    _STATE.update(kb=kb, fixtures=fixtures if fixtures.is_dir() else None)
+    config.nav = nav(kb)
+    return config
+
+
+def on_files(files, config):
+    from mkdocs.exceptions import PluginError
+    from mkdocs.structure.files import File
+
+    for uri, content in pages(_STATE["kb"], _STATE["fixtures"]).items():
+        if files.get_file_from_path(uri) is not None:
+            raise PluginError(f"docs/{uri} is generated from kb/; delete the hand-written file")
+        files.append(File.generated(config, uri, content=content))
+    return files
+
+
+# ---------------------------------------------------------------- commands
+
+
+def build(out: Path | None = None, strict: bool = True) -> int:
+    """Build the site with MkDocs (strict: any warning, e.g. a broken link, fails it); the exit status."""
+    root = checkout()
+    try:
+        import material  # noqa: F401
+        import mkdocs  # noqa: F401
+    except ImportError:
+        print("errmap docs build needs the docs extra: pip install -e '.[docs]'", file=sys.stderr)
+        return 2
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / CONFIG)]
+    if out is not None:
+        cmd += ["--site-dir", str(Path(out).resolve())]
+    if strict:
+        cmd.append("--strict")
+    # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
+    return subprocess.call(cmd, cwd=root, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+def serve(site: Path, port: int = 8000) -> None:
+    """Serve a built site on 127.0.0.1 (search needs HTTP; file:// pages read fine without it)."""
+    import functools
+    import http.server
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
+        print(f"serving {site} at http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)", flush=True)
+        try:
+            httpd.serve_forever()
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,277 @@
+"""The docs site: generated pages, their escaping, the same sections as `errmap explain`, the strict build."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from errmap import docs
+from errmap.explain import SECTIONS, find_example, print_entry
+from errmap.report import docs_url
+
+from conftest import ROOT, errmap
+
+# The Triton message as triton/runtime/errors.py (class OutOfResources) formats it.
+TRITON = (
+    "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 81920, "
+    "Hardware limit: 65536. Reducing block sizes or `num_stages` may help."
+)
+
+
+def kb_files() -> list[Path]:
+    return sorted((ROOT / "kb").glob("[0-9]*.yaml"))
+
+
+def strip_tags(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+# ---------------------------------------------------------------- escaping
+
+
+HOSTILE = "<script>alert(1)</script> *bold* _it_ [x](javascript:y) `tick` a|b #h ~~s~~ & 'q' \"d\" {x} \\n"
+
+
+def test_text_leaves_no_markup_characters():
+    out = docs.text(HOSTILE)
+    for c in "<>*_[]`|#~{}\\'\"":
+        assert c not in out.replace("&#", "").replace(";", ""), c
+    assert html.unescape(out) == HOSTILE
+
+
+def test_text_renders_back_to_the_same_words_through_markdown():
+    markdown = pytest.importorskip("markdown")
+    for ext in ([], ["tables", "toc", "attr_list"]):
+        out = markdown.markdown(docs.text(HOSTILE), extensions=ext)
+        assert "<script" not in out and "<em>" not in out and "<strong>" not in out and "<a " not in out
+        assert strip_tags(out) == HOSTILE
+
+
+def test_prose_keeps_code_spans_and_shows_placeholders(kb):
+    e = kb.get(1012)
+    out = docs.prose("set `a.b_c=False` under {limit} bytes, {notacapture} and `{required}`", e.captures)
+    assert "<code>a.b&#95;c=False</code>" in out
+    assert "<var>&lt;limit&gt;</var>" in out
+    assert "&#123;notacapture&#125;" in out
+    assert "<code>&lt;required&gt;</code>" in out
+
+
+# ---------------------------------------------------------------- the example log
+
+
+@pytest.fixture()
+def fixtures(tmp_path: Path) -> Path:
+    folder = tmp_path / "fixtures" / "1012"
+    folder.mkdir(parents=True)
+    lines = [f"step {i} loss 0.{i:03d} \x1b[32mok\x1b[0m" for i in range(1, 21)]
+    lines += [
+        "progress 10%\rprogress 50%\rprogress 100%",
+        "(WorkerDict pid=7, ip=10.0.0.2) [rank1]: <script>alert('x')</script> & *not bold*",
+        f"(WorkerDict pid=7, ip=10.0.0.2) [rank1]: {TRITON}",
+        "after 1",
+        "after 2",
+        "after 3",
+        "after 4",
+    ]
+    (folder / "b-built.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "b-built.source.yaml").write_text("origin: built\nhow: a test\n", encoding="utf-8")
+    # A recorded fixture is preferred to a built one, whatever the names.
+    (folder / "c-recorded.log").write_text("nothing\n" + TRITON + "\n", encoding="utf-8")
+    (folder / "c-recorded.source.yaml").write_text("origin: recorded\nhow: ran it\n", encoding="utf-8")
+    return tmp_path / "fixtures"
+
+
+def test_example_prefers_recorded_fixture(kb, matcher, fixtures):
+    ex = find_example(kb.get(1012), matcher, fixtures)
+    assert ex is not None and ex.path == "fixtures/1012/c-recorded.log" and ex.origin == "recorded"
+    assert ex.marked == 2 and ex.lines == ((1, "nothing"), (2, TRITON))
+
+
+def test_example_window_marks_the_matched_line(kb, matcher, fixtures):
+    (fixtures / "1012" / "c-recorded.log").unlink()
+    ex = find_example(kb.get(1012), matcher, fixtures)
+    assert ex is not None and ex.marked == 23 and ex.origin == "built" and ex.how == "a test"
+    numbers = [n for n, _ in ex.lines]
+    assert numbers == list(range(23 - 8, 23 + 3 + 1))
+    text = dict(ex.lines)
+    assert text[21] == "progress 100%"  # a \r progress bar shows as the terminal leaves it
+    assert "\x1b" not in "".join(text.values())
+    assert text[23].endswith(TRITON)
+
+    page = docs.example_html(ex)
+    assert "<script>" not in page and "&lt;script&gt;alert('x')&lt;/script&gt;" in page
+    marked = re.findall(r'<mark class="errmap-row errmap-hit" data-n="(\d+)"[^>]*>(.*?)</mark>', page, re.S)
+    assert len(marked) == 1 and marked[0][0] == "23" and html.unescape(marked[0][1]).strip().endswith(TRITON)
+    # Nothing in the block is blank: a blank line would end the raw HTML block in Markdown.
+    assert all(line.strip() for line in page.splitlines())
+
+
+def test_no_fixture_no_example(kb, matcher, tmp_path):
+    assert find_example(kb.get(1012), matcher, tmp_path) is None
+    assert find_example(kb.get(1012), matcher, None) is None
+
+
+# ---------------------------------------------------------------- pages = explain
+
+
+def headings(markdown_text: str, level: str = "## ") -> list[str]:
+    return [line[len(level):] for line in markdown_text.splitlines() if line.startswith(level)]
+
+
+def test_every_page_has_the_sections_of_explain(kb, matcher):
+    fixtures = ROOT / "fixtures"
+    for e in kb:
+        page = docs.errno_page(e, kb, matcher, fixtures)
+        assert headings(page) == list(SECTIONS), e.errno
+        assert headings(page, "# ")[0].startswith(f"{e.errno} · ")
+        con = Console(record=True, width=160, color_system=None)
+        print_entry(con, e, kb, matcher)
+        out = con.export_text()
+        at = [out.find(f"\n{title}") for title in SECTIONS]
+        assert -1 not in at and at == sorted(at), (e.errno, at)
+
+
+def test_page_carries_the_kb_text(kb, matcher):
+    for e in kb:
+        page = strip_tags(docs.errno_page(e, kb, matcher, None))
+        assert e.summary.split()[0] in page
+        for link in e.links:
+            assert link.title in page
+        for a in e.anchors:
+            for lit in a.literals:
+                assert lit in page
+        for n in [*e.related, *e.caused_by]:
+            assert f"../{n}/index.md" in docs.errno_page(e, kb, matcher, None)
+
+
+def test_index_lists_every_kb_file(kb):
+    page = docs.index_page(kb)
+    rows = re.findall(r"^\| \[(\d+)\]\((\d+)/index\.md\)", page, re.M)
+    assert len(rows) == len(kb_files()) == len(kb)
+    assert [int(n) for n, _ in rows] == sorted(e.errno for e in kb)
+    assert headings(page) == list(dict.fromkeys(e.group for e in kb))
+
+
+def test_nav_and_pages_cover_every_code(kb):
+    pages = docs.pages(kb, None)
+    assert set(pages) == {"errno/index.md"} | {docs.page_uri(e.errno) for e in kb}
+    in_nav = [uri for group in docs.nav(kb)[2:] for items in group.values() for item in items for uri in item.values()]
+    assert sorted(in_nav) == sorted(docs.page_uri(e.errno) for e in kb)
+
+
+# ---------------------------------------------------------------- links from the terminal
+
+
+def test_docs_url_follows_the_configured_base(monkeypatch):
+    monkeypatch.setenv("ERRMAP_DOCS_URL", "http://127.0.0.1:8000/")
+    assert docs_url(1012) == "http://127.0.0.1:8000/errno/1012/"
+    monkeypatch.delenv("ERRMAP_DOCS_URL")
+    url = docs_url(1012)
+    built = ROOT / "site" / "errno" / "1012" / "index.html"
+    assert url == (built.as_uri() if built.is_file() else None)
+
+
+def test_scan_links_each_diagnosis_to_its_page(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step 1\n" + TRITON + "\n", encoding="utf-8")
+    env = {"ERRMAP_DOCS_URL": "https://docs.example.invalid/errmap"}
+    proc = errmap("scan", str(log), env=env)
+    assert proc.returncode == 1
+    assert "https://docs.example.invalid/errmap/errno/1012/" in proc.stdout.decode()
+    proc = errmap("scan", "--format", "json", str(log), env=env)
+    import json
+
+    (d,) = json.loads(proc.stdout)["diagnoses"]
+    assert d["docs"] == "https://docs.example.invalid/errmap/errno/1012/"
+    proc = errmap("explain", "1012", env=env)
+    assert "https://docs.example.invalid/errmap/errno/1012/" in proc.stdout.decode()
+
+
+# ---------------------------------------------------------------- the build
+
+
+def needs_mkdocs():
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    needs_mkdocs()
+    out = tmp_path_factory.mktemp("site")
+    proc = errmap("docs", "build", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    return out
+
+
+def test_build_has_a_page_per_kb_file(site):
+    for f in kb_files():
+        errno = f.name.split("-", 1)[0]
+        page = (site / "errno" / errno / "index.html").read_text(encoding="utf-8")
+        assert f">{errno} · " in page
+    index = (site / "errno" / "index.html").read_text(encoding="utf-8")
+    assert len(set(re.findall(r'href="(\d+)/index\.html"', index))) == len(kb_files())
+    assert (site / "search" / "search_index.json").is_file()
+
+
+def test_built_site_loads_nothing_from_outside(site):
+    for page in site.rglob("*.html"):
+        markup = page.read_text(encoding="utf-8")
+        external = re.findall(r'<(?:script|img|iframe)[^>]+src="(?:https?:)?//[^"]+"|<link[^>]+href="(?:https?:)?//[^"]+"', markup)
+        assert not external, (page, external)
+
+
+def test_search_index_holds_the_log_words(site):
+    import json
+
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    text = " ".join(d["text"] for d in index["docs"] if d["location"].startswith("errno/1012/"))
+    assert "Hardware limit" in text and "shared memory" in text
+
+
+def _checkout_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "checkout"
+    (root / "errmap").mkdir(parents=True)
+    shutil.copy(ROOT / "mkdocs.yml", root)
+    shutil.copy(ROOT / "errmap" / "docs.py", root / "errmap")
+    shutil.copytree(ROOT / "docs", root / "docs")
+    shutil.copytree(ROOT / "kb", root / "kb")
+    return root
+
+
+def _mkdocs(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(root / "site")],
+                          cwd=root, capture_output=True, text=True, timeout=300, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+
+
+def test_strict_build_fails_on_a_broken_link(tmp_path):
+    needs_mkdocs()
+    root = _checkout_copy(tmp_path)
+    assert _mkdocs(root).returncode == 0
+    (root / "docs" / "broken.md").write_text("# Broken\n\nSee [a page](nowhere.md).\n", encoding="utf-8")
+    proc = _mkdocs(root)
+    assert proc.returncode != 0 and "nowhere.md" in proc.stderr
+
+
+def test_build_refuses_a_hand_written_errno_page(tmp_path):
+    needs_mkdocs()
+    root = _checkout_copy(tmp_path)
+    (root / "docs" / "errno" / "1012").mkdir(parents=True)
+    (root / "docs" / "errno" / "1012" / "index.md").write_text("# by hand\n", encoding="utf-8")
+    proc = _mkdocs(root)
+    assert proc.returncode != 0 and "generated from kb/" in proc.stderr
+
+
+def test_build_fails_on_a_broken_kb_entry(tmp_path):
+    needs_mkdocs()
+    root = _checkout_copy(tmp_path)
+    (root / "kb" / "1001-no-kernel-image.yaml").write_text("errno: 1001\nslug: no-kernel-image\n", encoding="utf-8")
+    proc = _mkdocs(root)
+    assert proc.returncode != 0 and "1001-no-kernel-image.yaml" in proc.stderr

@@ -1,0 +1,186 @@
+"""The built docs site in a real headless browser: Debian's chromium driven by playwright, on 127.0.0.1.
+
+Screenshots of the 1012 page and of a search go to artifacts/ at a laptop and a phone width.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, errmap
+from errmap.explain import SECTIONS
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+LAPTOP = {"width": 1366, "height": 768}
+PHONE = {"width": 390, "height": 844}
+ARTIFACTS = ROOT / "artifacts"
+
+
+def _missing(reason: str) -> None:
+    """Skip where the browser is not installed; in CI it must be, so there it fails."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (.ci/run installs it)")
+    pytest.skip(reason)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+    site = tmp_path_factory.mktemp("site")
+    proc = errmap("docs", "build", "--out", str(site), timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        _missing("Debian's chromium is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed (pip install -e '.[docs]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def outside():
+    """Requests that tried to leave 127.0.0.1; the site must work with no network."""
+    return []
+
+
+def open_page(browser, base_url: str, outside: list, viewport: dict):
+    context = browser.new_context(viewport=viewport, device_scale_factor=1, service_workers="block")
+    host = base_url + "/"
+
+    def route(r):
+        if r.request.url.startswith(host):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    return context, context.new_page()
+
+
+def search(page, words: str) -> list[str]:
+    """Type into the search box as a person does; the hrefs of the results."""
+    opener = page.locator('label.md-header__button[for="__search"]')
+    if opener.is_visible():  # phone width: the box hides behind an icon
+        opener.click()
+    else:
+        page.locator(".md-search__input").click()
+    page.locator(".md-search__input").press_sequentially(words, delay=30)
+    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    return [a.get_attribute("href") or "" for a in page.locator(".md-search-result__link").all()]
+
+
+def shot(page, name: str, **kw) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), **kw)
+    return path
+
+
+def kb_count() -> int:
+    return len(list((ROOT / "kb").glob("[0-9]*.yaml")))
+
+
+def test_index_lists_every_code(browser, base_url, outside):
+    context, page = open_page(browser, base_url, outside, LAPTOP)
+    page.goto(base_url + "/errno/")
+    rows = page.locator("article table tbody tr")
+    assert rows.count() == kb_count()
+    codes = [rows.nth(i).locator("td").first.inner_text().strip() for i in range(rows.count())]
+    assert codes == sorted(codes) and all(re.fullmatch(r"\d{4}", c) for c in codes)
+    first = rows.first.locator("a").first
+    href = first.get_attribute("href")
+    first.click()
+    page.wait_for_load_state()
+    assert page.url.endswith(href) and page.locator("h1").inner_text().startswith(codes[0])
+    context.close()
+    assert not outside
+
+
+@pytest.mark.parametrize("name,viewport", [("laptop", LAPTOP), ("phone", PHONE)])
+def test_1012_page_shows_its_sections(browser, base_url, outside, name, viewport):
+    context, page = open_page(browser, base_url, outside, viewport)
+    page.goto(base_url + "/errno/1012/")
+    assert page.locator("h1").inner_text().startswith("1012 · ")
+    titles = [t.strip().rstrip("¶").strip() for t in page.locator("article h2").all_inner_texts()]
+    assert titles == list(SECTIONS)
+    assert page.locator("article").get_by_text("actor_rollout_ref.model.use_fused_kernels=False").count() >= 1
+    log = page.locator(".errmap-log mark.errmap-hit")
+    if log.count():
+        assert "Hardware limit" in log.inner_text()
+    # Readable at this width: nothing makes the page scroll sideways.
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    shot(page, f"errno-1012-{name}")
+    shot(page, f"errno-1012-{name}-full", full_page=True)
+    context.close()
+    assert not outside
+
+
+@pytest.mark.parametrize("name,viewport", [("laptop", LAPTOP), ("phone", PHONE)])
+def test_search_shared_memory_finds_1012(browser, base_url, outside, name, viewport):
+    context, page = open_page(browser, base_url, outside, viewport)
+    page.goto(base_url + "/")
+    hrefs = search(page, "shared memory")
+    assert any("errno/1012/index.html" in h for h in hrefs), hrefs
+    shot(page, f"search-shared-memory-{name}")
+    page.locator(".md-search-result__link").first.click()
+    page.wait_for_load_state()
+    assert "/errno/1012/" in page.url
+    context.close()
+    assert not outside
+
+
+def _codes_with(phrase: str) -> set[int]:
+    """The codes whose KB entry holds the phrase (in a message, pattern or text)."""
+    found = set()
+    for f in (ROOT / "kb").glob("[0-9]*.yaml"):
+        body = f.read_text(encoding="utf-8").replace("\\", "")
+        if phrase in body:
+            found.add(int(f.name.split("-", 1)[0]))
+    return found
+
+
+@pytest.mark.parametrize("phrase", ["no kernel image", "Hardware limit", "is not in struct"])
+def test_search_finds_a_page_from_words_of_a_log(browser, base_url, outside, phrase):
+    codes = _codes_with(phrase)
+    if not codes:
+        pytest.skip(f"no KB entry holds {phrase!r} yet")
+    context, page = open_page(browser, base_url, outside, LAPTOP)
+    page.goto(base_url + "/")
+    hrefs = search(page, phrase)
+    pages = {int(m[1]) for h in hrefs[:12] if (m := re.search(r"errno/(\d+)/index\.html", h))}
+    assert pages & codes, (phrase, hrefs[:12])
+    context.close()
+    assert not outside
