@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -29,16 +30,11 @@ def _console(stderr: bool = False) -> Console:
 
 
 def _load_kb(extra: tuple[str, ...]) -> kbmod.KB:
-    try:
-        kb = kbmod.load([Path(p) for p in extra])
-    except kbmod.KBError as exc:
+    kb = kbmod.load([Path(p) for p in extra])
+    if kb.warnings:
         err = _console(stderr=True)
-        err.print("[bold red]errmap:[/] the knowledge base has problems:")
-        for p in exc.problems:
-            err.print(f"  {escape(p)}")
-        sys.exit(EXIT_INPUT)
-    for w in kb.warnings:
-        _console(stderr=True).print(f"[yellow]errmap:[/] {escape(w)} (skipped)")
+        for w in kb.warnings:
+            err.print(f"[yellow]errmap: knowledge base:[/] {escape(w)}")
     return kb
 
 
@@ -46,10 +42,14 @@ kb_option = click.option(
     "--kb", "kb_dirs", multiple=True, type=click.Path(), metavar="DIR",
     help="Extra folder of your own KB entries (errno 9000-9999); also ERRMAP_KB_PATH.",
 )
-format_option = click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-    help="text for people, json for programs (a stable contract).",
-)
+
+
+def format_option(*choices: str):
+    return click.option(
+        "--format", "fmt", type=click.Choice(["text", "json", *choices]), default="text", show_default=True,
+        help="text for people; json for programs (a stable contract); jsonl one diagnosis a line as it "
+        "happens; sarif for code scanning; github for Actions annotations.",
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,7 +60,7 @@ def main() -> None:
 
 @main.command("scan")
 @click.argument("paths", nargs=-1, required=True)
-@format_option
+@format_option("jsonl", "sarif", "github")
 @click.option("-v", "--verbose", is_flag=True, help="Every diagnosis in full and every unrecognized error line.")
 @kb_option
 @probe_options
@@ -81,18 +81,57 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str
 
 
 def _emit(report: Report, fmt: str, verbose: bool) -> None:
-    if fmt == "json":
-        for err in report.errors:
-            _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
-        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    else:
+    if fmt == "text":
         print_report(_console(), report, verbose)
+        return
+    for err in report.errors:
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
+    doc = report.to_json()
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        return
+    from errmap import formats
+
+    if fmt == "jsonl":
+        for d in doc["diagnoses"]:
+            click.echo(formats.jsonl(d))
+    elif fmt == "sarif":
+        click.echo(json.dumps(formats.sarif(doc["diagnoses"], doc["unrecognized"]), indent=2, ensure_ascii=False))
+    elif fmt == "github":
+        for line in formats.github(doc["diagnoses"], doc["unrecognized"]):
+            click.echo(line)
+
+
+def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = None) -> Callable[[Incident | Residue], None]:
+    """What watch and run print the moment a new incident or unrecognized error appears."""
+
+    def on_new(item: Incident | Residue) -> None:
+        if fmt == "json":
+            return  # one JSON document at the end
+        if isinstance(item, Residue):
+            if fmt == "jsonl":
+                out.print_json(data={"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}, indent=None)
+            else:
+                out.print(f"[yellow]errmap: unrecognized error[/] [cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
+        else:
+            d = diagnose(item)
+            if extra is not None:
+                d.update(extra(item))
+            if fmt == "jsonl":
+                from errmap.formats import jsonl
+
+                out.file.write(jsonl(d) + "\n")
+            else:
+                print_diagnosis(out, d, brief=item.entry.role == "consequence")
+        out.file.flush()
+
+    return on_new
 
 
 @main.command()
 @click.option("--follow", "follow_path", type=click.Path(), metavar="FILE",
               help="Follow FILE like tail -F (waits for it, survives rotation and truncation).")
-@format_option
+@format_option("jsonl")
 @kb_option
 @probe_options
 def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
@@ -104,19 +143,7 @@ def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
     kb = _load_kb(kb_dirs)
     matcher = Matcher(kb)
     triage = Triage()
-    out = _console()
-
-    def on_new(item: Incident | Residue) -> None:
-        if fmt == "json":
-            return  # one JSON document at the end; nothing else on stdout
-        if isinstance(item, Residue):
-            out.print(f"[yellow]errmap: unrecognized error[/] [cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
-        else:
-            d = diagnose(item)
-            if probe:
-                d.update(probed(item))
-            print_diagnosis(out, d, brief=item.entry.role == "consequence")
-        out.file.flush()
+    on_new = _live(_console(), fmt, (lambda inc: probed(inc)) if probe else None)
 
     def probed(inc: Incident) -> dict:
         if inc.fingerprint not in report.extra:
@@ -147,20 +174,68 @@ def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
     sys.exit(report.exit_code())
 
 
-def _summary(report: Report, fmt: str, probed=None) -> None:
+def _summary(report: Report, fmt: str, probed=None, to_stderr: bool = False) -> None:
     for inc in report.triage.incidents.values() if probed else ():
         probed(inc)
     if fmt == "json":
-        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False), err=to_stderr)
         return
-    con = _console()
+    if fmt == "jsonl":
+        return  # every diagnosis was already written as it happened
+    con = _console(stderr=to_stderr)
     con.print("\n[bold]errmap summary[/]")
-    print_report(con, report, verbose=False)
+    print_report(con, report, summary=True)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--log", "log_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also write the command's combined output to FILE (line numbers refer to it).")
+@format_option("jsonl")
+@kb_option
+@probe_options
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
+        probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
+    """Run a training command, diagnose its output live, exit with its status.
+
+    errmap run --log train.log -- bash train_gsm8k.sh
+
+    The command's stdout and stderr pass through unchanged; diagnoses go to stderr.
+    """
+    from errmap.runner import run_command
+
+    kb = _load_kb(kb_dirs)
+    triage = Triage()
+    source = Source(log_path or "output")
+    report = Report([source], triage)
+
+    def probed(inc: Incident) -> dict:
+        if inc.fingerprint not in report.extra:
+            settings = verify.sniff_file(log_path) if log_path else {}
+            report.extra[inc.fingerprint] = verify.prober_for(settings, data_file, model_dir).verify(inc.entry, inc.captures).to_json()
+        return report.extra[inc.fingerprint]
+
+    on_new = _live(_console(stderr=True), fmt, probed if probe else None)
+    try:
+        log = open(log_path, "wb") if log_path else None
+    except OSError as exc:
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(log_path)}: {escape(exc.strerror or str(exc))}")
+        sys.exit(EXIT_INPUT)
+    try:
+        status = run_command(list(command), Matcher(kb), triage, source, on_new, log)
+    except OSError as exc:  # the command could not be started
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(command[0])}: {escape(exc.strerror or str(exc))}")
+        sys.exit(127)
+    finally:
+        if log is not None:
+            log.close()
+    _summary(report, fmt, probed if probe else None, to_stderr=True)
+    sys.exit(status)
 
 
 @main.command()
 @click.argument("code")
-@format_option
+@format_option()
 def explain(code: str, fmt: str) -> None:
     """Explain an error code (1012) or slug (triton-shared-memory)."""
     from errmap.explain import print_entry
@@ -181,7 +256,7 @@ def explain(code: str, fmt: str) -> None:
               help="A parquet file the run will read (repeatable; data.train_files/val_files after -- count too).")
 @click.option("--model", "model_dir", type=click.Path(), metavar="DIR",
               help="The model folder (else actor_rollout_ref.model.path after --).")
-@format_option
+@format_option()
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINING OVERRIDES...]")
 def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrides: tuple[str, ...]) -> None:
     """Check this machine, data and model before a run; warn about the codes it will hit.
@@ -192,7 +267,10 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
     """
     from errmap.doctor import diagnose_setup, print_doctor
 
-    kb = _load_kb(())
+    try:  # the KB only names the codes here: a broken KB must not stop the checks
+        kb = kbmod.load()
+    except kbmod.KBError:
+        kb = None
     doc = diagnose_setup(list(data_files), model_dir, list(overrides))
     if fmt == "json":
         click.echo(json.dumps(doc.to_json(kb), indent=2, ensure_ascii=False, default=str))
@@ -202,7 +280,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
 
 
 @main.command("list")
-@format_option
+@format_option()
 def list_cmd(fmt: str) -> None:
     """List every error code with its title."""
     kb = _load_kb(())

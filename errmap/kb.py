@@ -87,8 +87,21 @@ class Check(BaseModel):
     op: Literal["<", "<=", ">", ">=", "==", "!=", "contains", "missing", "present"]
     value: str | float | int | bool | None = None
     capture: str | None = Field(default=None, description="compare with this capture instead of `value`")
+    against: str | None = Field(default=None, description="compare with the fact of this other probe instead")
+    against_field: str | None = Field(default=None, description="key inside the other probe's fact")
     verdict: Literal["confirmed", "refuted"]
     says: str = Field(min_length=3, description="the sentence shown when the rule fires")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Check:
+        targets = [t for t in (self.value is not None, self.capture, self.against) if t]
+        if len(targets) > 1:
+            raise ValueError("give one of value, capture or against")
+        if not targets and self.op not in ("missing", "present"):
+            raise ValueError(f"op {self.op!r} needs a value, capture or against")
+        if self.against_field and not self.against:
+            raise ValueError("against_field needs against")
+        return self
 
 
 class Entry(BaseModel):
@@ -256,28 +269,29 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
         for ref in [*e.related, *e.caused_by]:
             if ref not in entries:
                 problems.append(f"{where}: refers to unknown errno {ref}")
-        for name in [*e.probes, *(c.probe for c in e.checks)]:
+        for name in [*e.probes, *(c.probe for c in e.checks), *(c.against for c in e.checks if c.against)]:
             if name not in PROBES:
                 problems.append(f"{where}: unknown probe {name!r}")
     return problems
 
 
 def load(extra: list[Path] | None = None) -> KB:
-    """The official KB (errors are fatal) plus user folders (bad entries are skipped with a warning)."""
-    entries, problems = _load_dir(official_dir(), OFFICIAL_RANGE)
-    problems += cross_check(entries)
-    if problems:
-        raise KBError(problems)
-    warnings: list[str] = []
+    """The official KB plus user folders (`extra`, ERRMAP_KB_PATH).
+
+    Never fatal: an entry that does not validate is skipped and reported in `warnings`, so one bad
+    file costs its own code and nothing else. `errmap kb check` is the strict gate.
+    """
     env = os.environ.get("ERRMAP_KB_PATH", "")
-    folders = [*(extra or []), *(Path(p) for p in env.split(os.pathsep) if p)]
-    for folder in folders:
+    folders = [(official_dir(), OFFICIAL_RANGE)]
+    folders += [(f, USER_RANGE) for f in [*(extra or []), *(Path(p) for p in env.split(os.pathsep) if p)]]
+    entries: dict[int, Entry] = {}
+    warnings: list[str] = []
+    for folder, allowed in folders:
         if not folder.is_dir():
-            warnings.append(f"{folder}: not a folder; user knowledge base skipped")
+            warnings.append(f"{folder}: not a folder; knowledge base skipped")
             continue
-        user, bad = _load_dir(folder, USER_RANGE)
-        merged = {**entries, **user}
-        bad += [p for p in cross_check(merged) if p.split("-", 1)[0].isdigit() and int(p.split("-", 1)[0]) in user]
-        warnings.extend(bad)
-        entries = merged
+        found, bad = _load_dir(folder, allowed)
+        warnings += bad
+        entries.update(found)
+    warnings += cross_check(entries)
     return KB(entries, tuple(warnings))

@@ -154,6 +154,11 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
         colour = {"confirmed": "green", "refuted": "yellow"}.get(d["verdict"], "dim")
         why = "; ".join(d.get("verdict_reasons", [])) or "no probe could decide"
         con.print(f"   [bold {colour}]{d['verdict']}[/]: {escape(why)}")
+        if d.get("facts"):
+            from errmap.probes.base import short
+
+            shown = [f"{k}={short(v['value'], 80)}" if "value" in v else f"{k}=unknown" for k, v in d["facts"].items()]
+            con.print(f"   [dim]facts: {escape('; '.join(shown))}[/]")
     if brief:
         return
     con.print(f"   [bold]Cause[/]  {escape(d['cause'])}")
@@ -166,7 +171,8 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     con.print(f"   [dim]more:[/] {escape(more)}")
 
 
-def print_report(con: Console, report: Report, verbose: bool = False) -> None:
+def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
+    """The whole report; `summary` keeps every diagnosis to its header (watch and run already printed them)."""
     for err in report.errors:
         con.print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
     for s in report.sources:
@@ -183,7 +189,7 @@ def print_report(con: Console, report: Report, verbose: bool = False) -> None:
     dicts = {id(inc): d for inc, d in ranked}
     con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({scanned}; root cause first)[/]\n")
     for n, (inc, d) in enumerate(tops, 1):
-        print_diagnosis(con, d, n, brief=n > 1 and not verbose)
+        print_diagnosis(con, d, n, brief=summary or (n > 1 and not verbose))
         _print_consequences(con, inc, dicts)
         con.print()
     if residue:
@@ -195,7 +201,7 @@ def print_report(con: Console, report: Report, verbose: bool = False) -> None:
             con.print(f"   [cyan]{escape(_where(_evidence(r.first)))}[/]  {escape(r.first.text.strip()[:SHOWN_TEXT])}{count}")
         if len(shown) < len(residue):
             con.print(f"   [dim]… {len(residue) - len(shown)} more (--verbose lists them)[/]")
-    if len(tops) > 1 and not verbose:
+    if len(tops) > 1 and not verbose and not summary:
         con.print("[dim]Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.[/]")
 
 

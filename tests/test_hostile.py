@@ -168,8 +168,10 @@ def test_follow_counts_each_line_once_through_rotation_and_truncation(tmp_path):
         [sys.executable, "-m", "errmap", "watch", "--follow", str(log), "--kb", USER_KB, "--format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
     )
-    first = watcher.stderr.readline().decode()  # errmap is up before the file exists
-    assert "waiting for" in first, first
+    first = ""
+    while "waiting for" not in first:  # errmap is up before the file exists
+        first = watcher.stderr.readline().decode()
+        assert first, "watch ended before waiting for the file"
     writer = subprocess.run([sys.executable, "-c", WRITER, str(log), str(n)], timeout=120)
     assert writer.returncode == 0
     time.sleep(1.5)

@@ -1,0 +1,103 @@
+"""Machine formats beyond the JSON contract: JSON lines, SARIF 2.1.0 and GitHub Actions annotations.
+
+Each takes the diagnoses of `Report.diagnoses` and only formats them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+
+
+def _version() -> str:
+    try:
+        return version("errmap")
+    except PackageNotFoundError:
+        return "0"
+
+
+def jsonl(d: dict[str, Any]) -> str:
+    """One diagnosis as one line of JSON (for `watch` and `run`, as each happens)."""
+    return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+
+
+def _fingerprint(d: dict[str, Any]) -> str:
+    key = json.dumps([d["errno"], sorted(d["captures"].items())])
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -> dict[str, Any]:
+    """A SARIF 2.1.0 log: one rule per errno, one result per diagnosis (and per unrecognized error)."""
+    rules: list[dict[str, Any]] = []
+    index: dict[int, int] = {}
+    results = []
+    for d in diagnoses:
+        if d["errno"] not in index:
+            index[d["errno"]] = len(rules)
+            rule: dict[str, Any] = {
+                "id": str(d["errno"]),
+                "name": d["slug"],
+                "shortDescription": {"text": d["title"]},
+                "fullDescription": {"text": d["summary"]},
+                "help": {"text": "\n".join(f"{i}. {s}" for i, s in enumerate(d["fix"], 1))},
+                "properties": {"role": d["role"]},
+            }
+            if d.get("docs"):
+                rule["helpUri"] = d["docs"]
+            rules.append(rule)
+        results.append({
+            "ruleId": str(d["errno"]),
+            "ruleIndex": index[d["errno"]],
+            "level": "error" if d["role"] == "root" else "warning",
+            "message": {"text": f"{d['title']}: {d['cause']}"},
+            "locations": [_location(ev["file"], ev["line"]) for ev in d["evidence"][:1]],
+            "partialFingerprints": {"errmapIncident/v1": _fingerprint(d)},
+            "occurrenceCount": d["count"],
+            "properties": {"captures": d["captures"], **({"verdict": d["verdict"]} if "verdict" in d else {})},
+        })
+    if unrecognized:
+        rules.append({"id": "unrecognized", "shortDescription": {"text": "An error line no knowledge-base entry matches"}})
+    for u in unrecognized:
+        results.append({
+            "ruleId": "unrecognized",
+            "ruleIndex": len(rules) - 1,
+            "level": "error",
+            "message": {"text": f"Error not in the knowledge base: {u['message'] or u['type']}"[:1000]},
+            "locations": [_location(u["file"], u["line"])],
+        })
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{"tool": {"driver": {"name": "errmap", "version": _version(), "rules": rules}}, "results": results}],
+    }
+
+
+def _location(path: str, line: int) -> dict[str, Any]:
+    return {"physicalLocation": {"artifactLocation": {"uri": path}, "region": {"startLine": max(line, 1)}}}
+
+
+def _escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(s: str) -> str:
+    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def github(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -> list[str]:
+    """GitHub Actions workflow commands, escaped as the runner's toolkit does."""
+    lines = []
+    for d in diagnoses:
+        level = "error" if d["role"] == "root" else "warning"
+        title = f"errmap {d['errno']} {d['slug']}"
+        props = f"file={_escape_property(d['file'])},line={d['line']},title={_escape_property(title)}"
+        fix = "\n".join(f"{i}. {s}" for i, s in enumerate(d["fix"], 1))
+        lines.append(f"::{level} {props}::{_escape_data(d['title'] + ': ' + d['cause'] + chr(10) + fix)}")
+    for u in unrecognized:
+        props = f"file={_escape_property(u['file'])},line={u['line']},title={_escape_property('errmap unrecognized error')}"
+        lines.append(f"::error {props}::{_escape_data(u['message'] or u['type'])}")
+    return lines
