@@ -23,8 +23,10 @@ PROBES: dict[str, str] = {
     "torch.arch_list": "GPU architectures compiled into torch",
     "torch.cuda_build": "whether torch was built with CUDA",
     "torch.cxx11_abi": "whether torch uses the C++11 ABI",
+    "torch.gpu_supported": "whether torch's compiled architectures run on each visible GPU",
     "nvcc.version": "CUDA version of the nvcc on PATH",
     "pkg.versions": "installed versions of flash-attn, triton, vllm, sglang, transformers, ray, verl, tensordict, torch",
+    "pkg.conflicts": "requirements of the training stack that the installed versions do not meet",
     "nccl.version": "NCCL version torch uses",
     "module.importable": "whether the module named in the log can be imported here",
     # Host
@@ -35,6 +37,7 @@ PROBES: dict[str, str] = {
     "env.nccl": "NCCL_* environment variables",
     "env.alloc_conf": "the PYTORCH_CUDA_ALLOC_CONF variable",
     "net.interfaces": "network interfaces and their state",
+    "net.socket_ifname": "whether NCCL_SOCKET_IFNAME selects an interface that is up",
     # Files
     "data.file": "whether the data file exists and is a parquet file",
     "data.columns": "columns and types of the parquet data file",
@@ -44,4 +47,14 @@ PROBES: dict[str, str] = {
     "model.chat_template": "whether the model's tokenizer has a chat template",
     "model.vocab": "whether the tokenizer vocabulary fits the model's embedding size",
     "ckpt.files": "files present in the checkpoint folder",
+    # The run
+    "run.config": "training settings given after `errmap doctor --` or found in the log",
 }
+
+
+def registry():
+    """Every probe function, by name (imports the probe modules; they import nothing heavy)."""
+    from errmap.probes import config, files, gpu, host, versions  # noqa: F401  (registers)
+    from errmap.probes.base import REGISTRY
+
+    return REGISTRY

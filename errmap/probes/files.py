@@ -1,0 +1,239 @@
+"""File probes: the parquet data file and the model and checkpoint folders a run reads.
+
+Parquet is read with pyarrow, schema first (no data), and only the one column a probe needs.
+The model folder is read as plain JSON: no tokenizer library is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from errmap.probes.base import Unknown, probe, via
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "tokenizer_config.json", "spiece.model")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+MAX_SOURCES = 50
+
+
+def _data_path(ctx) -> Path:
+    raw = ctx.data or ctx.capture("path", "file")
+    if not raw:
+        raise Unknown("no data file: none named in the log (data.train_files=...) and none given with --data")
+    return Path(str(raw).strip("'\"")).expanduser()
+
+
+def _parquet(ctx):
+    """(pyarrow.parquet, path) for a readable parquet file; Unknown with the reason otherwise."""
+    path = _data_path(ctx)
+    if not path.exists():
+        raise Unknown(f"file not found: {path}")
+    if path.is_dir():
+        raise Unknown(f"{path} is a directory, not a parquet file")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise Unknown("pyarrow not installed") from None
+    return pq, path
+
+
+@probe("data.file", timeout=5, uses=("data", "captures"))
+def data_file(ctx):
+    """Whether the data file exists, is a directory, a git-lfs pointer, or a parquet file (magic bytes)."""
+    path = _data_path(ctx)
+    out: dict[str, Any] = {"path": str(path), "exists": path.exists()}
+    if not path.exists():
+        out.update(parquet=False)
+        return via(out, "filesystem")
+    if path.is_dir():
+        out.update(is_dir=True, parquet=False)
+        return via(out, "filesystem")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(len(LFS_POINTER))
+        tail = b""
+        if size >= 8:
+            f.seek(size - 4)
+            tail = f.read(4)
+    out.update(size=size, lfs_pointer=head.startswith(LFS_POINTER), parquet=head[:4] == b"PAR1" and tail == b"PAR1")
+    return via(out, "magic bytes")
+
+
+@probe("data.columns", timeout=15, uses=("data", "captures"))
+def data_columns(ctx):
+    """Column names and their Arrow types, from the parquet footer (no rows are read)."""
+    pq, path = _parquet(ctx)
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:
+        raise Unknown(f"not a readable parquet file: {path}: {exc}"[:300]) from None
+    return via({f.name: str(f.type) for f in schema}, "pyarrow schema")
+
+
+def chat_type(arrow_type) -> bool:
+    """list<struct<...role..., ...content...>>: a list of chat messages as verl's RLHFDataset wants."""
+    import pyarrow as pa
+
+    if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
+        return False
+    item = arrow_type.value_type
+    if not pa.types.is_struct(item):
+        return False
+    names = {item.field(i).name for i in range(item.num_fields)}
+    return {"role", "content"} <= names
+
+
+@probe("data.prompt_format", timeout=15, uses=("data", "captures", "config"))
+def data_prompt_format(ctx):
+    """Whether the prompt column (data.prompt_key) holds lists of {role, content} chat messages."""
+    pq, path = _parquet(ctx)
+    key = ctx.setting("data.prompt_key", "prompt")
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:
+        raise Unknown(f"not a readable parquet file: {path}: {exc}"[:300]) from None
+    if key not in schema.names:
+        return via({"column": key, "present": False, "chat": False}, "pyarrow schema")
+    t = schema.field(key).type
+    return via({"column": key, "present": True, "type": str(t), "chat": chat_type(t)}, "pyarrow schema")
+
+
+@probe("data.data_source", timeout=30, uses=("data", "captures", "config"))
+def data_data_source(ctx):
+    """Distinct values of the data_source column (data.reward_fn_key), the first 50."""
+    pq, path = _parquet(ctx)
+    key = ctx.setting("data.reward_fn_key", "data_source")
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:
+        raise Unknown(f"not a readable parquet file: {path}: {exc}"[:300]) from None
+    if key not in pf.schema_arrow.names:
+        raise Unknown(f"{path} has no {key} column")
+    seen: list[str] = []
+    for batch in pf.iter_batches(columns=[key], batch_size=65536):
+        for value in batch.column(0).unique().to_pylist():
+            if value not in seen:
+                seen.append(value)
+                if len(seen) >= MAX_SOURCES:
+                    return via(seen, "pyarrow (first 50 distinct)")
+    return via(seen, "pyarrow")
+
+
+# ---------------------------------------------------------------- model folder
+
+
+def _model_dir(ctx) -> Path:
+    raw = ctx.model or ctx.capture("model", "model_path", "path")
+    if not raw:
+        raise Unknown("no model folder: none named in the log (actor_rollout_ref.model.path=...) and none given with --model")
+    path = Path(str(raw).strip("'\"")).expanduser()
+    if path.is_file():
+        path = path.parent
+    return path
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise Unknown(f"cannot read {path}: {exc}"[:300]) from None
+    if not isinstance(data, dict):
+        raise Unknown(f"{path} is not a JSON object")
+    return data
+
+
+@probe("model.files", timeout=5, uses=("model", "captures"))
+def model_files(ctx):
+    """config.json, tokenizer files and weights in the model folder (a hub id is not a local folder)."""
+    path = _model_dir(ctx)
+    if not path.is_dir():
+        return via({"path": str(path), "exists": False, "config": False, "tokenizer": False}, "filesystem")
+    names = sorted(p.name for p in path.iterdir())
+    tok = [n for n in TOKENIZER_FILES if n in names]
+    weights = [n for n in names if n.endswith(WEIGHT_SUFFIXES)]
+    return via({"path": str(path), "exists": True, "config": "config.json" in names,
+                "tokenizer": any(n in tok for n in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")),
+                "tokenizer_files": tok, "weights": len(weights)}, "filesystem")
+
+
+@probe("model.chat_template", timeout=5, uses=("model", "captures"))
+def model_chat_template(ctx):
+    """Whether the tokenizer carries a chat template (tokenizer_config.json or chat_template.jinja/.json)."""
+    path = _model_dir(ctx)
+    if not path.is_dir():
+        raise Unknown(f"model folder not found: {path}")
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if (path / name).is_file():
+            return via(True, name)
+    cfg = path / "tokenizer_config.json"
+    if not cfg.is_file():
+        raise Unknown(f"{path} has no tokenizer_config.json")
+    return via(bool(_read_json(cfg).get("chat_template")), "tokenizer_config.json")
+
+
+def tokenizer_size(path: Path) -> tuple[int, str]:
+    """One more than the highest token id the tokenizer can produce, from its JSON files."""
+    ids: list[int] = []
+    tj = path / "tokenizer.json"
+    if tj.is_file():
+        data = _read_json(tj)
+        vocab = (data.get("model") or {}).get("vocab")
+        if isinstance(vocab, dict) and vocab:
+            ids.append(max(vocab.values()))
+        elif isinstance(vocab, list) and vocab:
+            ids.append(len(vocab) - 1)
+        ids += [t["id"] for t in data.get("added_tokens") or [] if isinstance(t, dict) and "id" in t]
+        how = "tokenizer.json"
+    elif (path / "vocab.json").is_file():
+        vocab = _read_json(path / "vocab.json")
+        ids.append(max(vocab.values()) if vocab else -1)
+        how = "vocab.json"
+    else:
+        raise Unknown(f"{path} has no tokenizer.json or vocab.json to count the vocabulary from")
+    cfg = path / "tokenizer_config.json"
+    if cfg.is_file():
+        decoder = _read_json(cfg).get("added_tokens_decoder") or {}
+        ids += [int(k) for k in decoder if str(k).isdigit()]
+    added = path / "added_tokens.json"
+    if added.is_file():
+        ids += [v for v in _read_json(added).values() if isinstance(v, int)]
+    return max(ids) + 1, how
+
+
+@probe("model.vocab", timeout=20, uses=("model", "captures"))
+def model_vocab(ctx):
+    """The tokenizer's size against the model's vocab_size (rows of its embedding)."""
+    path = _model_dir(ctx)
+    if not path.is_dir():
+        raise Unknown(f"model folder not found: {path}")
+    if not (path / "config.json").is_file():
+        raise Unknown(f"{path} has no config.json")
+    cfg = _read_json(path / "config.json")
+    model_vocab = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+    if not isinstance(model_vocab, int):
+        raise Unknown("config.json has no vocab_size")
+    size, how = tokenizer_size(path)
+    return via({"model_vocab": model_vocab, "tokenizer_vocab": size, "fits": size <= model_vocab}, f"config.json and {how}")
+
+
+@probe("ckpt.files", timeout=5, uses=("captures",))
+def ckpt_files(ctx):
+    """Files in the checkpoint folder named in the log, two levels deep (the first 200)."""
+    raw = ctx.capture("ckpt", "checkpoint", "dir", "path")
+    if not raw:
+        raise Unknown("the log names no checkpoint folder")
+    path = Path(str(raw).strip("'\"")).expanduser()
+    if path.is_file():
+        path = path.parent
+    if not path.is_dir():
+        return via({"path": str(path), "exists": False, "files": []}, "filesystem")
+    files: list[str] = []
+    for p in sorted(path.iterdir()):
+        files.append(p.name + ("/" if p.is_dir() else ""))
+        if p.is_dir():
+            files += [f"{p.name}/{q.name}" for q in sorted(p.iterdir())][:50]
+        if len(files) >= 200:
+            break
+    return via({"path": str(path), "exists": True, "files": files[:200]}, "filesystem")

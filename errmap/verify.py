@@ -1,0 +1,273 @@
+"""Verification: a diagnosis plus live probe facts becomes confirmed, refuted or unverified.
+
+The rules are KB data (`checks:` in each entry). A rule compares one probed fact (or a key of it)
+with a constant, a capture of the diagnosis, or another probe's fact. Facts about several GPUs are
+lists: a `confirmed` rule fires when any GPU satisfies it, a `refuted` rule only when all do, so one
+old card among new ones is still evidence for the error and never refutes it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from errmap.kb import Check, Entry
+from errmap.probes import registry
+from errmap.probes.base import Context, Fact, run, short
+
+_VERSION = re.compile(r"\d+(\.\d+)*")
+
+
+@dataclass
+class Verdict:
+    verdict: str  # confirmed | refuted | unverified
+    reasons: list[str]
+    facts: dict[str, Fact] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "verdict_reasons": self.reasons,
+            "facts": {name: f.to_json() for name, f in self.facts.items()},
+        }
+
+
+class Prober:
+    """Runs probes for diagnoses; facts about the machine alone are read once per run."""
+
+    def __init__(self, base: Context | None = None):
+        self.base = base or Context()
+        self.machine: dict[str, Fact] = {}
+
+    def context(self, captures: dict[str, str]) -> Context:
+        b = self.base
+        return Context(data=b.data, model=b.model, captures=dict(captures), config=dict(b.config))
+
+    def fact(self, name: str, ctx: Context) -> Fact:
+        p = registry().get(name)
+        machine_only = p is not None and not p.uses
+        if machine_only and name in self.machine:
+            return self.machine[name]
+        if name not in ctx.cache:
+            ctx.cache[name] = run(name, ctx)
+        if machine_only:
+            self.machine[name] = ctx.cache[name]
+        return ctx.cache[name]
+
+    def verify(self, entry: Entry, captures: dict[str, str]) -> Verdict:
+        ctx = self.context(captures)
+        names = list(dict.fromkeys([*entry.probes, *(c.probe for c in entry.checks), *(c.against for c in entry.checks if c.against)]))
+        facts = {n: self.fact(n, ctx) for n in names}
+        return decide(entry, captures, facts)
+
+
+# ---------------------------------------------------------------- comparing
+
+
+def _pick(value: Any, key: str | None) -> Any:
+    """value[key], also inside each element of a list of mappings."""
+    if key is None:
+        return value
+    if isinstance(value, dict):
+        return value.get(key)
+    if isinstance(value, list):
+        return [v.get(key) if isinstance(v, dict) else None for v in value]
+    return None
+
+
+def _as_number(x: Any) -> float | None:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    if isinstance(x, str):
+        try:
+            return float(x.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _as_version(x: Any) -> tuple[int, ...] | None:
+    if isinstance(x, str) and _VERSION.fullmatch(x.strip()):
+        return tuple(int(p) for p in x.strip().split("."))
+    return None
+
+
+def _as_bool(x: Any) -> bool | None:
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, str) and x.strip().lower() in ("true", "false"):
+        return x.strip().lower() == "true"
+    return None
+
+
+def _cmp(a: Any, op: str, b: Any) -> bool | None:
+    """a op b for one scalar; None when they cannot be compared."""
+    if a is None or b is None:
+        return None
+    if op in ("==", "!=") and (_as_bool(a) is not None or _as_bool(b) is not None):
+        ba, bb = _as_bool(a), _as_bool(b)
+        if ba is None or bb is None:
+            return None
+        return (ba == bb) == (op == "==")
+    va, vb = _as_version(a), _as_version(b)
+    if va is not None and vb is not None and isinstance(a, str) and isinstance(b, str):
+        n = max(len(va), len(vb))
+        x, y = va + (0,) * (n - len(va)), vb + (0,) * (n - len(vb))
+    else:
+        x, y = _as_number(a), _as_number(b)
+        if x is None or y is None:
+            if op in ("==", "!="):
+                return (str(a) == str(b)) == (op == "==")
+            return None
+    return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y, "==": x == y, "!=": x != y}[op]
+
+
+def _holds(a: Any, b: Any) -> bool:
+    """Whether collection/text a has b (a list item, a mapping key, a substring)."""
+    if isinstance(a, dict):
+        return b in a
+    if isinstance(a, (list, tuple, set)):
+        return b in a or str(b) in [str(x) for x in a]
+    if isinstance(a, str):
+        return str(b) in a
+    return False
+
+
+def _empty(a: Any) -> bool:
+    return a is None or a is False or a == 0 and not isinstance(a, bool) or (hasattr(a, "__len__") and len(a) == 0)
+
+
+def fires(check: Check, value: Any, target: Any, has_target: bool) -> bool | None:
+    """Whether the rule fires on this fact; None when it cannot be evaluated."""
+    op = check.op
+    if op in ("missing", "present", "contains"):
+        if has_target:
+            if value is None:
+                return None
+            held = _holds(value, target)
+            return held if op in ("present", "contains") else not held
+        if op == "contains":
+            return None
+        return _empty(value) if op == "missing" else not _empty(value)
+    if isinstance(value, list):
+        results = [_cmp(v, op, target) for v in value]
+        if not results or any(r is None for r in results):
+            return None
+        return any(results) if check.verdict == "confirmed" else all(results)
+    return _cmp(value, op, target)
+
+
+def _describe(check: Check, value: Any, target_text: str | None) -> str:
+    name = check.probe + (f".{check.field}" if check.field else "")
+    shown = short(value, 80)
+    if check.op in ("missing", "present") and target_text is None:
+        return f"{name} = {shown}"
+    return f"{name} = {shown} {check.op} {target_text}"
+
+
+def decide(entry: Entry, captures: dict[str, str], facts: dict[str, Fact]) -> Verdict:
+    confirmed: list[str] = []
+    refuted: list[str] = []
+    unknown: list[str] = []
+    for check in entry.checks:
+        fact = facts.get(check.probe)
+        if fact is None or not fact.known:
+            why = fact.reason if fact else "not run"
+            note = f"{check.probe}: unknown ({why})"
+            if note not in unknown:
+                unknown.append(note)
+            continue
+        value = _pick(fact.value, check.field)
+        has_target, target, target_text = False, None, None
+        if check.capture:
+            if not captures.get(check.capture):
+                continue
+            has_target, target = True, captures[check.capture]
+            target_text = f"{check.capture} {target}"
+        elif check.against:
+            other = facts.get(check.against)
+            if other is None or not other.known:
+                note = f"{check.against}: unknown ({other.reason if other else 'not run'})"
+                if note not in unknown:
+                    unknown.append(note)
+                continue
+            has_target, target = True, _pick(other.value, check.against_field)
+            target_text = f"{check.against}{'.' + check.against_field if check.against_field else ''} {short(target, 60)}"
+        elif check.value is not None:
+            has_target, target, target_text = True, check.value, short(check.value)
+        if has_target and target is None:
+            continue
+        result = fires(check, value, target, has_target)
+        if result:
+            text = f"{check.says} ({_describe(check, value, target_text)})"
+            (confirmed if check.verdict == "confirmed" else refuted).append(text)
+    if confirmed and not refuted:
+        return Verdict("confirmed", confirmed, facts)
+    if refuted and not confirmed:
+        return Verdict("refuted", refuted, facts)
+    if confirmed and refuted:
+        return Verdict("unverified", [f"conflicting: {r}" for r in confirmed + refuted], facts)
+    if not entry.checks:
+        return Verdict("unverified", ["no confirmation rule for this code"], facts)
+    if unknown:
+        return Verdict("unverified", unknown, facts)
+    return Verdict("unverified", ["the probed facts neither confirm nor refute it"], facts)
+
+
+# ---------------------------------------------------------------- the CLI's --probe
+
+
+def probe_options(fn):
+    """--probe, --data FILE and --model DIR, for scan and watch."""
+    import click
+
+    fn = click.option("--model", "model_dir", type=click.Path(), metavar="DIR",
+                      help="With --probe: the model folder to check (else actor_rollout_ref.model.path in the log).")(fn)
+    fn = click.option("--data", "data_file", type=click.Path(), metavar="FILE",
+                      help="With --probe: the parquet file to check (else data.train_files in the log).")(fn)
+    fn = click.option("--probe", is_flag=True,
+                      help="Confirm or refute each diagnosis on this machine (verdict and probed facts).")(fn)
+    return fn
+
+
+def sniff(sources) -> Any:
+    """Collect the run's settings from these sources as the scan reads them (only with --probe)."""
+    from errmap.probes.config import ConfigSniffer
+
+    sniffer = ConfigSniffer()
+    for s in sources:
+        chunks = s.chunks
+        s.chunks = lambda chunks=chunks: sniffer.wrap(chunks())
+    return sniffer
+
+
+def sniff_file(path: str, limit: int = 64 << 20) -> dict[str, str]:
+    """Settings printed in the first `limit` bytes of a log file (watch --follow)."""
+    from errmap.probes.config import ConfigSniffer
+
+    sniffer = ConfigSniffer()
+    try:
+        with open(path, "rb") as f:
+            while f.tell() < limit and (chunk := f.read(1 << 20)):
+                sniffer.feed(chunk)
+    except OSError:
+        return {}
+    sniffer.finish()
+    return sniffer.settings
+
+
+def prober_for(settings: dict[str, str], data: str | None, model: str | None) -> Prober:
+    from errmap.probes.config import first_file
+
+    data = data or first_file(settings.get("data.train_files"))
+    model = model or settings.get("actor_rollout_ref.model.path")
+    return Prober(Context(data=data, model=model, config=dict(settings)))
+
+
+def attach(report, prober: Prober) -> None:
+    """Put verdict, verdict_reasons and facts of each incident into the report."""
+    for inc in report.triage.ranked():
+        report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()

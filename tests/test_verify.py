@@ -1,0 +1,220 @@
+"""Confirmation rules: facts plus captures give confirmed, refuted or unverified, with reasons."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from errmap.kb import Check, Entry
+from errmap.probes.base import Fact
+from errmap.verify import decide
+
+from conftest import CATALOG, errmap
+from probe_files import preference_parquet, verl_parquet
+
+ANCHOR = [{"literal": "boom", "regex": r"boom (?P<n>\d+) (?P<col>\w+)", "source": "test"}]
+
+
+def entry(*checks: dict, probes: list[str] | None = None) -> Entry:
+    return Entry.model_validate({
+        "errno": 9100, "slug": "t", "title": "a test entry", "group": "test", "role": "root",
+        "summary": "a test entry for rules", "anchors": ANCHOR, "cause": "a cause for the test",
+        "fix": ["fix it"], "links": [{"url": "https://example.org/x", "kind": "docs", "title": "docs"}],
+        "probes": probes or [], "checks": list(checks),
+    })
+
+
+def fact(name, value):
+    return Fact(name, value)
+
+
+CAP_LT8 = {"probe": "gpu.capability", "op": "<", "value": 8.0, "verdict": "confirmed", "says": "old GPU"}
+CAP_GE8 = {"probe": "gpu.capability", "op": ">=", "value": 8.0, "verdict": "refuted", "says": "new GPU"}
+
+
+@pytest.mark.parametrize("caps,want", [([7.0], "confirmed"), ([9.0], "refuted"), ([8.0, 8.6], "refuted"), ([7.5, 9.0], "confirmed")])
+def test_any_gpu_confirms_all_gpus_refute(caps, want):
+    v = decide(entry(CAP_LT8, CAP_GE8), {}, {"gpu.capability": fact("gpu.capability", caps)})
+    assert v.verdict == want
+    assert v.reasons and ("old GPU" if want == "confirmed" else "new GPU") in v.reasons[0]
+
+
+def test_unknown_fact_is_unverified_with_its_reason():
+    v = decide(entry(CAP_LT8, CAP_GE8), {}, {"gpu.capability": Fact("gpu.capability", known=False, reason="no NVIDIA driver")})
+    assert v.verdict == "unverified"
+    assert v.reasons == ["gpu.capability: unknown (no NVIDIA driver)"]
+
+
+def test_capture_comparison_uses_numbers():
+    rules = [
+        {"probe": "gpu.shared_memory", "op": "<", "capture": "n", "verdict": "confirmed", "says": "too small"},
+        {"probe": "gpu.shared_memory", "op": ">=", "capture": "n", "verdict": "refuted", "says": "big enough"},
+    ]
+    e = entry(*rules)
+    smem = {"gpu.shared_memory": fact("gpu.shared_memory", [232448])}
+    assert decide(e, {"n": "81920"}, smem).verdict == "refuted"
+    assert decide(e, {"n": "262144"}, smem).verdict == "confirmed"
+    assert decide(e, {}, smem).verdict == "unverified"  # the capture is missing: no rule can fire
+
+
+def test_versions_compare_as_versions_not_floats():
+    rules = [
+        {"probe": "driver.cuda_version", "op": "<", "against": "torch.cuda_version", "verdict": "confirmed", "says": "driver too old"},
+        {"probe": "driver.cuda_version", "op": ">=", "against": "torch.cuda_version", "verdict": "refuted", "says": "driver new enough"},
+    ]
+    e = entry(*rules)
+    facts = lambda d, t: {"driver.cuda_version": fact("driver.cuda_version", d), "torch.cuda_version": fact("torch.cuda_version", t)}
+    assert decide(e, {}, facts("12.9", "12.10")).verdict == "confirmed"
+    assert decide(e, {}, facts("13.0", "12.8")).verdict == "refuted"
+    assert decide(e, {}, facts("11.4", None)).verdict == "unverified"  # CPU torch: nothing to compare
+
+
+def test_missing_and_present_with_and_without_target():
+    rules = [
+        {"probe": "data.columns", "op": "missing", "capture": "col", "verdict": "confirmed", "says": "no such column"},
+        {"probe": "data.columns", "op": "present", "capture": "col", "verdict": "refuted", "says": "column is there"},
+    ]
+    e = entry(*rules)
+    cols = {"data.columns": fact("data.columns", {"prompt": "string", "chosen": "string"})}
+    assert decide(e, {"col": "reward_model"}, cols).verdict == "confirmed"
+    assert decide(e, {"col": "prompt"}, cols).verdict == "refuted"
+    procs = entry({"probe": "gpu.processes", "op": "present", "verdict": "confirmed", "says": "others hold memory"})
+    assert decide(procs, {}, {"gpu.processes": fact("gpu.processes", [])}).verdict == "unverified"
+    assert decide(procs, {}, {"gpu.processes": fact("gpu.processes", [{"gpu": 0, "pid": 7, "used_mib": 900}])}).verdict == "confirmed"
+
+
+def test_fields_inside_facts_and_booleans():
+    e = entry({"probe": "data.prompt_format", "field": "chat", "op": "==", "value": False, "verdict": "confirmed", "says": "not chat"},
+              {"probe": "data.prompt_format", "field": "chat", "op": "==", "value": True, "verdict": "refuted", "says": "chat"})
+    assert decide(e, {}, {"data.prompt_format": fact("data.prompt_format", {"chat": False})}).verdict == "confirmed"
+    assert decide(e, {}, {"data.prompt_format": fact("data.prompt_format", {"chat": True})}).verdict == "refuted"
+
+
+def test_check_model_rejects_two_targets_and_missing_target():
+    with pytest.raises(ValueError):
+        Check.model_validate({"probe": "gpu.count", "op": "<", "value": 1, "capture": "n", "verdict": "confirmed", "says": "xx x"})
+    with pytest.raises(ValueError):
+        Check.model_validate({"probe": "gpu.count", "op": "<", "verdict": "confirmed", "says": "xx x"})
+
+
+def test_the_1012_rules_of_the_kb(kb):
+    e = kb.get(1012)
+    smem = lambda v: {"gpu.shared_memory": fact("gpu.shared_memory", v), "gpu.capability": fact("gpu.capability", [9.0])}
+    assert decide(e, {"required": "262144", "limit": "232448"}, smem([232448])).verdict == "confirmed"
+    assert decide(e, {"required": "81920", "limit": "65536"}, smem([232448])).verdict == "refuted"
+
+
+def test_codes_whose_catalog_lists_probes_have_rules(kb):
+    if not CATALOG.is_file():
+        pytest.skip(f"{CATALOG} is not in this checkout")
+    codes = yaml.safe_load(CATALOG.read_text())["codes"]
+    missing = [c["errno"] for c in codes if c.get("probes") and kb.get(c["errno"]) is not None and not kb.get(c["errno"]).checks]
+    assert not missing, f"entries without checks: {missing}"
+
+
+def test_every_check_runs_without_crashing_on_this_machine(kb):
+    from errmap.verify import Prober
+
+    prober = Prober()
+    for e in kb:
+        caps = {name: "1" for name in e.captures}
+        v = prober.verify(e, caps)
+        assert v.verdict in ("confirmed", "refuted", "unverified")
+        assert v.reasons
+
+
+# ---------------------------------------------------------------- the CLI, end to end
+
+USER_ENTRY = textwrap.dedent("""\
+    errno: 9033
+    slug: test-missing-column
+    title: Test dataset lacks a column
+    group: test
+    role: root
+    summary: A test of the data probes through scan --probe.
+    anchors:
+      - literal: "KeyError: '"
+        regex: "^KeyError: '(?P<key>\\\\w+)'"
+        source: test
+    cause: The data file has no {key} column.
+    fix: ["add it"]
+    links: [{url: "https://example.org/t", kind: docs, title: test docs}]
+    probes: [data.columns]
+    checks:
+      - {probe: data.columns, op: missing, capture: key, verdict: confirmed, says: "the parquet has no such column"}
+      - {probe: data.columns, op: present, capture: key, verdict: refuted, says: "the parquet has this column"}
+    """)
+
+
+@pytest.fixture()
+def user_kb(tmp_path) -> Path:
+    d = tmp_path / "kb"
+    d.mkdir()
+    (d / "9033-test-missing-column.yaml").write_text(USER_ENTRY)
+    return d
+
+
+def _scan_probe(log: Path, user_kb: Path, *extra: str) -> dict:
+    proc = errmap("scan", "--probe", "--format", "json", "--kb", str(user_kb), *extra, str(log))
+    assert proc.returncode == 1, proc.stderr.decode()
+    (d,) = [d for d in json.loads(proc.stdout)["diagnoses"] if d["errno"] == 9033]
+    return d
+
+
+def test_scan_probe_reads_the_parquet_named_in_the_log(tmp_path, user_kb):
+    data = preference_parquet(tmp_path / "train.parquet")
+    log = tmp_path / "run.log"
+    log.write_text(f"+ python3 -m verl.trainer.main_ppo data.train_files={data} data.val_files={data} trainer.n_gpus_per_node=1\n"
+                   "Traceback (most recent call last):\n"
+                   "KeyError: 'reward_model'\n")
+    d = _scan_probe(log, user_kb)
+    assert d["verdict"] == "confirmed", d
+    assert "reward_model" in d["verdict_reasons"][0]
+    assert d["facts"]["data.columns"]["value"] == {"prompt": "string", "chosen": "string", "rejected": "string"}
+
+
+def test_scan_probe_reads_verls_printed_config_and_refutes(tmp_path, user_kb):
+    data = verl_parquet(tmp_path / "train.parquet")
+    log = tmp_path / "run.log"
+    log.write_text("(TaskRunner pid=7) {'actor_rollout_ref': {'model': {'path': '/m'}},\n"
+                   f"(TaskRunner pid=7)  'data': {{'train_files': '{data}',\n"
+                   "(TaskRunner pid=7)           'val_files': '/nowhere/test.parquet'}}\n"
+                   "KeyError: 'reward_model'\n")
+    d = _scan_probe(log, user_kb)
+    assert d["verdict"] == "refuted", d
+
+
+def test_scan_probe_data_option_wins_and_text_output_shows_verdict(tmp_path, user_kb):
+    data = preference_parquet(tmp_path / "pref.parquet")
+    log = tmp_path / "run.log"
+    log.write_text("KeyError: 'reward_model'\n")
+    d = _scan_probe(log, user_kb, "--data", str(data))
+    assert d["verdict"] == "confirmed"
+    proc = errmap("scan", "--probe", "--kb", str(user_kb), "--data", str(data), str(log))
+    out = proc.stdout.decode()
+    assert "confirmed" in out and "facts: data.columns=" in out
+
+
+def test_scan_probe_from_stdin_and_watch(tmp_path, user_kb):
+    data = preference_parquet(tmp_path / "pref.parquet")
+    text = f"data.train_files={data}\nKeyError: 'prompt'\n".encode()
+    proc = errmap("scan", "--probe", "--format", "json", "--kb", str(user_kb), "-", input=text)
+    (d,) = [d for d in json.loads(proc.stdout)["diagnoses"] if d["errno"] == 9033]
+    assert d["verdict"] == "refuted"
+    proc = errmap("watch", "--probe", "--format", "json", "--kb", str(user_kb), input=text)
+    (d,) = [d for d in json.loads(proc.stdout)["diagnoses"] if d["errno"] == 9033]
+    assert d["verdict"] == "refuted" and "facts" in d
+    proc = errmap("watch", "--probe", "--kb", str(user_kb), input=text)
+    assert "refuted" in proc.stdout.decode()
+
+
+def test_scan_without_probe_has_no_verdict(tmp_path, user_kb):
+    log = tmp_path / "run.log"
+    log.write_text("KeyError: 'prompt'\n")
+    proc = errmap("scan", "--format", "json", "--kb", str(user_kb), str(log))
+    (d,) = [d for d in json.loads(proc.stdout)["diagnoses"] if d["errno"] == 9033]
+    assert "verdict" not in d and "facts" not in d
