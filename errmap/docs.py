@@ -20,6 +20,7 @@ from pathlib import Path
 
 CONFIG = "mkdocs.yml"
 ROLE = {"root": "root cause", "consequence": "consequence"}
+PHONE_BEFORE, PHONE_AFTER = 3, 1  # lines around the matched one that a phone-width page shows
 # HTML's special characters and Markdown's markup characters, as character references.
 _ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
 _ESC.update({c: f"&#{ord(c)};" for c in "\\`*_[]{}|#+-!~"})
@@ -103,14 +104,20 @@ def example_html(example) -> str:
         if n == example.marked:
             rows.append(f'<mark class="errmap-row errmap-hit" data-n="{n}" title="the line errmap matched">{body}</mark>')
         else:
-            rows.append(f'<span class="errmap-row" data-n="{n}">{body}</span>')
-    how = f" · {html.escape(example.how)}" if example.how else ""
-    origin = html.escape(example.origin or "source not recorded")
+            # On a phone only the nearest lines show: a wrapped traceback reads badly there.
+            far = " errmap-far" if not -PHONE_BEFORE <= n - example.marked <= PHONE_AFTER else ""
+            rows.append(f'<span class="errmap-row{far}" data-n="{n}">{body}</span>')
+    origin = {"recorded": "recorded from real software", "built": "the exact upstream message in output we produced"}
+    made = origin.get(example.origin, example.origin or "source not recorded")
+    details = "".join(f"<p><strong>{label}:</strong> {html.escape(value)}</p>"
+                      for label, value in (("How", example.how), ("Machine", example.machine)) if value)
     return (
         '<div class="errmap-log">\n'
-        f'<p class="errmap-log-source"><code>{html.escape(example.path)}</code>, line {example.marked} '
-        f'({origin}{how})</p>\n'
-        '<pre><code>' + "".join(rows) + "</code></pre>\n</div>"
+        f'<p class="errmap-log-source"><code>{html.escape(example.path)}</code>, line {example.marked}: '
+        f"{html.escape(made)}</p>\n"
+        '<pre><code>' + "".join(rows) + "</code></pre>\n"
+        + (f'<details class="errmap-how"><summary>How this log was made</summary>{details}</details>\n' if details else "")
+        + "</div>"
     )
 
 

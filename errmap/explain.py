@@ -30,6 +30,7 @@ SECTIONS = (
 )
 BEFORE, AFTER = 8, 3  # lines of context shown around the matching line of an example log
 SHOWN = 240  # characters of one example line
+SHOWN_HIT = 1000  # characters of the matched line
 MAX_FIXTURE = 8 << 20  # bytes of a fixture read to find an example
 
 
@@ -42,6 +43,7 @@ class Example:
     marked: int  # the number of the matching line
     origin: str  # recorded or built, from the sidecar
     how: str  # how the log was made, from the sidecar
+    machine: str = ""  # where it was made, from the sidecar
 
 
 def fixtures_dir() -> Path | None:
@@ -50,9 +52,9 @@ def fixtures_dir() -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def _cut(text: str) -> str:
+def _cut(text: str, limit: int = SHOWN) -> str:
     text = text.rstrip()
-    return text if len(text) <= SHOWN else text[:SHOWN] + " …"
+    return text if len(text) <= limit else text[:limit] + " …"
 
 
 def _sidecar(log: Path) -> dict:
@@ -65,14 +67,18 @@ def _sidecar(log: Path) -> dict:
 
 
 def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
-    """The first fixture of the code (recorded before built) in which errmap's own matcher finds the code."""
+    """A window of one fixture of the code around the first line errmap's own matcher gives it.
+
+    Of the fixtures that match, a recorded one comes before a built one, one whose expected root
+    is this code before one where it is a consequence, and one whose matched line fits on a line.
+    """
     from errmap.matcher import Match, scan_chunks
 
     folder = fixtures / str(e.errno) if fixtures else None
     if folder is None or not folder.is_dir():
         return None
-    logs = sorted(folder.glob("*.log"), key=lambda p: (_sidecar(p).get("origin") != "recorded", p.name))
-    for log in logs:
+    found = []
+    for log in sorted(folder.glob("*.log")):
         try:
             with log.open("rb") as fh:
                 data = fh.read(MAX_FIXTURE)
@@ -80,24 +86,29 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
             continue
         hit = next((ev for ev in scan_chunks(matcher, str(log), [data])
                     if isinstance(ev, Match) and ev.entry.errno == e.errno), None)
-        if hit is None:
+        if hit is not None:
+            side = _sidecar(log)
+            expect = side.get("expect") or [e.errno]
+            rank = (side.get("origin") != "recorded", expect[:1] != [e.errno], len(hit.line.raw.strip()) > SHOWN)
+            found.append((rank, log.name, log, data, hit, side))
+    if not found:
+        return None
+    _, _, log, data, hit, side = min(found, key=lambda f: f[:2])
+    rows = ANSI.sub(b"", data).decode("utf-8", "replace").split("\n")
+    n = hit.line.lineno
+    window = []
+    for i in range(max(1, n - BEFORE), min(len(rows), n + AFTER) + 1):
+        if i == n:  # the matched line in full, up to the bound of a diagnosis
+            window.append((i, _cut(hit.line.raw, SHOWN_HIT).replace("\x00", "")))
             continue
-        rows = ANSI.sub(b"", data).decode("utf-8", "replace").split("\n")
-        n = hit.line.lineno
-        window = []
-        for i in range(max(1, n - BEFORE), min(len(rows), n + AFTER) + 1):
-            if i == n:
-                text = hit.line.raw
-            else:  # a line of \r segments (a progress bar) shows as a terminal leaves it: its last segment
-                segments = [s for s in rows[i - 1].split("\r") if s.strip()]
-                text = segments[-1] if segments else ""
-            window.append((i, _cut(text).replace("\x00", "")))
-        while window and window[-1][0] > n and not window[-1][1].strip():
-            window.pop()
-        side = _sidecar(log)
-        rel = log.relative_to(fixtures.parent) if fixtures else log
-        return Example(rel.as_posix(), tuple(window), n, str(side.get("origin", "")), str(side.get("how", "")))
-    return None
+        # A line of \r segments (a progress bar) shows as a terminal leaves it: its last segment.
+        segments = [s for s in rows[i - 1].split("\r") if s.strip()]
+        window.append((i, _cut(segments[-1] if segments else "").replace("\x00", "")))
+    while window and window[-1][0] > n and not window[-1][1].strip():
+        window.pop()
+    rel = log.relative_to(fixtures.parent) if fixtures else log
+    return Example(rel.as_posix(), tuple(window), n, str(side.get("origin", "")), str(side.get("how", "")),
+                   str(side.get("machine", "")))
 
 
 def related(e: Entry, kb: KB | None) -> list[tuple[str, int, str | None]]:
@@ -134,6 +145,9 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
                 con.print(f"[bold red]▶[/] [bold]{n:>{width}}[/]  [bold]{escape(text)}[/]", soft_wrap=False, overflow="fold")
             else:
                 con.print(f"  [dim]{n:>{width}}[/]  {escape(text)}", soft_wrap=False, overflow="fold")
+        for label, value in (("how", example.how), ("machine", example.machine)):
+            if value:
+                con.print(f"  [dim]{label}: {escape(value)}[/]")
 
     section()
     for a in e.anchors:
