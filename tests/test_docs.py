@@ -275,3 +275,17 @@ def test_build_fails_on_a_broken_kb_entry(tmp_path):
     (root / "kb" / "1001-no-kernel-image.yaml").write_text("errno: 1001\nslug: no-kernel-image\n", encoding="utf-8")
     proc = _mkdocs(root)
     assert proc.returncode != 0 and "1001-no-kernel-image.yaml" in proc.stderr
+
+
+def test_serve_answers_on_localhost(site):
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "errmap", "docs", "serve", "--dir", str(site), "--port", "0"],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+/", proc.stdout.readline())[0]
+        with urllib.request.urlopen(url + "errno/1012/", timeout=10) as resp:
+            assert ">1012 · " in resp.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(10)
