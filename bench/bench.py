@@ -1,0 +1,190 @@
+"""errmap benchmark: throughput against ripgrep, memory, growth per GB, watch latency, start-up.
+
+    python bench/bench.py                 # 1, 2 and 4 GB logs (needs ~4 GB free disk at a time)
+    python bench/bench.py --sizes 0.25    # a quick run
+
+The log is built from the project's own fixtures: healthy lines from fixtures/clean/ (with Ray
+prefixes and tqdm bars as they occur there), and one real error line from fixtures/<errno>/ every
+ERROR_EVERY lines. Results are printed as a table and written to bench/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from errmap import kb as kbmod  # noqa: E402
+from errmap.matcher import Matcher, scan_chunks  # noqa: E402
+
+GB = 1 << 30
+ERROR_EVERY = 50_000  # one error line per this many lines
+USER_KB = ROOT / "tests" / "data" / "userkb"
+
+
+def _lines(folder: Path) -> list[bytes]:
+    out: list[bytes] = []
+    for f in sorted(folder.glob("*.log")):
+        out += f.read_bytes().splitlines(keepends=True)
+    return out
+
+
+def error_lines() -> list[bytes]:
+    """Lines of the fixtures that the KB diagnoses: real error lines."""
+    m = Matcher(kbmod.load())
+    found: set[bytes] = set()
+    for folder in sorted((ROOT / "fixtures").glob("1*")):
+        for f in sorted(folder.glob("*.log")):
+            data = f.read_bytes()
+            lines = data.splitlines(keepends=True)
+            for ev in scan_chunks(m, str(f), [data]):
+                if hasattr(ev, "entry") and 0 < ev.line.lineno <= len(lines):
+                    found.add(lines[ev.line.lineno - 1])
+    return sorted(found)
+
+
+def make_log(path: Path, size: int, seed: int = 7) -> int:
+    """Write a log of about `size` bytes; return the number of error lines in it."""
+    rng = random.Random(seed)
+    healthy = _lines(ROOT / "fixtures" / "clean") or [b"step 1 loss 0.5\n"]
+    errors = error_lines()
+    block = bytearray()
+    n_errors = 0
+    while len(block) < 16 << 20:
+        for _ in range(ERROR_EVERY):
+            block += healthy[rng.randrange(len(healthy))]
+        block += errors[rng.randrange(len(errors))]
+        n_errors += 1
+    written = errs = 0
+    with open(path, "wb") as f:
+        while written < size:
+            f.write(block)
+            written += len(block)
+            errs += n_errors
+    return errs
+
+
+def timed(cmd: list[str], stdout=subprocess.DEVNULL) -> tuple[float, int]:
+    """Wall seconds and peak RSS in KB, via GNU time."""
+    with tempfile.NamedTemporaryFile("r") as t:
+        t0 = time.perf_counter()
+        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name, *cmd], stdout=stdout, stderr=subprocess.DEVNULL, check=False)
+        wall = time.perf_counter() - t0
+        rss = int(t.read().strip().splitlines()[-1])
+    return wall, rss
+
+
+def rg_patterns(folder: Path) -> tuple[Path, int, int]:
+    """The KB's anchor patterns that ripgrep's regex engine accepts, one per line.
+
+    Named groups become plain groups (rg joins the patterns into one, where names would clash).
+    """
+    pats = [re.sub(r"\(\?P<\w+>", "(", a.regex) for e in kbmod.load() for a in e.anchors]
+    ok = []
+    for p in pats:
+        probe = subprocess.run(["rg", "-q", "-e", p, "/dev/null"], capture_output=True)
+        if probe.returncode in (0, 1):  # 2 means the pattern did not compile
+            ok.append(p)
+    f = folder / "anchors.rg"
+    f.write_text("\n".join(ok) + "\n")
+    return f, len(ok), len(pats)
+
+
+def watch_latency(n: int = 1000) -> dict[str, float]:
+    """Seconds from an error line written into a pipe to its diagnosis read back (jsonl)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "errmap", "watch", "--format", "jsonl", "--kb", str(USER_KB)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, bufsize=0,
+    )
+    lat = []
+    proc.stdin.write(b"warm-up line\n" * 10)
+    for i in range(n):
+        proc.stdin.write(b"step %d loss 0.1\n" % i * 20)
+        t0 = time.perf_counter()
+        proc.stdin.write(b"errmap-test-marker %d\n" % i)
+        line = proc.stdout.readline()
+        lat.append(time.perf_counter() - t0)
+        assert b"9001" in line, line
+    proc.stdin.close()
+    proc.wait()
+    lat.sort()
+    return {"p50_ms": 1000 * statistics.median(lat), "p99_ms": 1000 * lat[int(0.99 * len(lat)) - 1], "n": n}
+
+
+def startup(cmd: list[str], runs: int = 10) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4], help="log sizes in GB")
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the logs are written")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    args = ap.parse_args()
+    if not shutil.which("rg"):
+        sys.exit("ripgrep (rg) is needed: apt-get install ripgrep")
+    errmap = [sys.executable, "-m", "errmap"]
+    work = Path(tempfile.mkdtemp(dir=args.dir, prefix="errmap-bench-"))
+    patterns, n_ok, n_all = rg_patterns(work)
+    rows = []
+    try:
+        for gb in args.sizes:
+            log = work / f"train-{gb:g}GB.log"
+            errs = make_log(log, int(gb * GB))
+            size = log.stat().st_size
+            subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL)  # page cache warm for both
+            rg_s, rg_kb = timed(["rg", "-a", "-n", "-f", str(patterns), str(log)])
+            em_s, em_kb = timed([*errmap, "scan", "--format", "json", str(log)])
+            rows.append({
+                "size_gb": round(size / GB, 3), "error_lines": errs,
+                "errmap_s": round(em_s, 2), "rg_s": round(rg_s, 2), "ratio": round(em_s / rg_s, 2),
+                "errmap_mb_s": round(size / em_s / 1e6), "errmap_s_per_gb": round(em_s / (size / GB), 2),
+                "errmap_peak_mb": round(em_kb / 1024), "rg_peak_mb": round(rg_kb / 1024),
+            })
+            log.unlink()
+        small = work / "small.log"
+        small.write_bytes(b"step 1 loss 0.5\n" * 1000)
+        result = {
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
+            "rg_patterns": f"{n_ok} of {n_all} anchor patterns (the rest use syntax ripgrep's engine lacks)",
+            "scan": rows,
+            "watch_latency": watch_latency(),
+            "startup_s": {
+                "explain 1001": round(startup([*errmap, "explain", "1001"]), 3),
+                "scan small.log": round(startup([*errmap, "scan", str(small)]), 3),
+            },
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"machine: {result['machine']}; rg with {result['rg_patterns']}")
+    print(f"{'size GB':>8} {'errmap s':>9} {'rg s':>6} {'ratio':>6} {'MB/s':>6} {'s/GB':>6} {'peak MB':>8}")
+    for r in rows:
+        print(f"{r['size_gb']:>8} {r['errmap_s']:>9} {r['rg_s']:>6} {r['ratio']:>6} {r['errmap_mb_s']:>6} {r['errmap_s_per_gb']:>6} {r['errmap_peak_mb']:>8}")
+    w = result["watch_latency"]
+    print(f"watch latency over {w['n']} lines: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")
+    for k, v in result["startup_s"].items():
+        print(f"start-up, errmap {k}: {v:.3f} s")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
