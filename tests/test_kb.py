@@ -1,0 +1,105 @@
+"""The knowledge base against the catalog, and every fixture against the KB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CATALOG, FIXTURES, ROOT
+from errmap import kb as kbmod
+from errmap.kbcheck import check
+from errmap.matcher import Match, Unrecognized, scan_chunks
+from errmap.triage import Triage
+
+KB_FILES = sorted((ROOT / "kb").glob("*.yaml"))
+FIXTURE_LOGS = sorted(p for p in FIXTURES.glob("1*/*.log"))
+CLEAN_LOGS = sorted((FIXTURES / "clean").glob("*.log"))
+
+
+def catalog() -> dict:
+    if not CATALOG.is_file():
+        pytest.skip("../shared/catalog.yaml is not beside this checkout")
+    data = yaml.safe_load(CATALOG.read_text())
+    groups = {}
+    for g in data["groups"]:
+        lo, hi = map(int, g["range"].split("-"))
+        for n in range(lo, hi + 1):
+            groups[n] = g["name"]
+    return {c["errno"]: {**c, "group": groups[c["errno"]]} for c in data["codes"]}
+
+
+def test_kb_check_passes():
+    assert check([]) == []
+
+
+def test_every_code_of_the_catalog_has_its_entry(kb):
+    cat = catalog()
+    assert sorted(kb.entries) == sorted(cat)
+    for errno, c in cat.items():
+        e = kb.entries[errno]
+        assert (e.slug, e.title, e.role, e.group) == (c["slug"], c["title"], c["role"], c["group"]), errno
+        assert (ROOT / "kb" / f"{errno}-{c['slug']}.yaml").is_file()
+
+
+def test_every_entry_is_complete_and_proven(kb):
+    for e in kb:
+        logs = list((FIXTURES / str(e.errno)).glob("*.log"))
+        assert len(logs) >= 3, f"{e.errno}: {len(logs)} fixtures"
+        assert e.links and e.fix and e.anchors, e.errno
+
+
+def _sidecar(log: Path) -> dict:
+    side = log.with_suffix(".source.yaml")
+    assert side.is_file(), f"{log} has no {side.name}"
+    meta = yaml.safe_load(side.read_text()) or {}
+    assert meta.get("origin") in ("recorded", "built"), f"{side}: origin must be recorded or built"
+    assert meta.get("how"), f"{side}: how the log was made"
+    if meta["origin"] == "built":
+        assert meta.get("message_source"), f"{side}: a built log names where its message comes from"
+    return meta
+
+
+def diagnose(matcher, log: Path) -> tuple[list[int], Triage]:
+    triage = Triage()
+    for ev in scan_chunks(matcher, str(log), [log.read_bytes()]):
+        triage.add(ev)
+    return [i.entry.errno for i in triage.ranked()], triage
+
+
+@pytest.mark.parametrize("log", FIXTURE_LOGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_fixture_gives_its_code_first(kb, matcher, log):
+    meta = _sidecar(log)
+    folder = int(log.parent.name)
+    expect = meta.get("expect") or [folder]
+    codes, _ = diagnose(matcher, log)
+    assert codes, f"{log}: no diagnosis"
+    assert codes[0] == expect[0], f"{log}: diagnosed {codes}, expected {expect[0]} first"
+    # Another code may show up only where the KB relates the two (a cascade or a known companion).
+    entry = kb.entries.get(folder)
+    allowed = {folder, *expect}
+    if entry is not None:
+        allowed |= {*entry.related, *entry.caused_by}
+    for other in codes:
+        if other in allowed:
+            continue
+        o = kb.entries[other]
+        assert folder in o.related or folder in o.caused_by or set(o.caused_by) & allowed, (
+            f"{log}: {other} also matched, and the KB does not relate it to {folder}"
+        )
+
+
+@pytest.mark.parametrize("log", CLEAN_LOGS, ids=lambda p: p.stem)
+def test_clean_log_gives_nothing(matcher, log):
+    _sidecar(log)
+    events = list(scan_chunks(matcher, str(log), [log.read_bytes()]))
+    found = [
+        f"line {e.line.lineno}: {e.entry.errno if isinstance(e, Match) else 'unrecognized'}: {e.line.text[:120]}"
+        for e in events if isinstance(e, (Match, Unrecognized))
+    ]
+    assert not found, f"{log}: " + "; ".join(found)
+
+
+def test_enough_clean_logs():
+    assert len(CLEAN_LOGS) >= 25
