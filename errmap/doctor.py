@@ -38,7 +38,7 @@ MACHINE_ORDER = [
     "net.interfaces", "net.socket_ifname",
 ]
 DATA_PROBES = ["data.file", "data.columns", "data.prompt_format", "data.data_source"]
-MODEL_PROBES = ["model.files", "model.chat_template", "model.vocab"]
+MODEL_PROBES = ["model.files", "model.chat_template", "model.vocab", "model.type_known"]
 
 
 @dataclass
@@ -75,8 +75,9 @@ class Doctor:
             self.facts[name] = run(name, ctx)
         self.facts["run.config"] = run("run.config", ctx)
         for path in self.data:
-            dctx = Context(data=path, config=self.config)
-            self.data_facts[path] = {n: run(n, dctx) for n in DATA_PROBES}
+            dctx = Context(data=path, model=self.model, config=self.config)
+            names = DATA_PROBES + (["data.prompt_tokens"] if self.model else [])
+            self.data_facts[path] = {n: run(n, dctx) for n in names}
         if self.model:
             mctx = Context(model=self.model, config=self.config)
             self.model_facts = {n: run(n, mctx) for n in MODEL_PROBES}
@@ -158,6 +159,12 @@ class Doctor:
                     self.warn(1033, f"{path} has no column {', '.join(repr(m) for m in missing)} (columns: {', '.join(cols.value)}); "
                                     "verl's RL parquet has data_source, prompt (chat messages), ability, reward_model, extra_info",
                               "data.columns", about=path, facts=facts)
+            tokens = facts.get("data.prompt_tokens")
+            limit, given = self.setting("data.max_prompt_length")
+            if tokens is not None and tokens.known and limit and str(limit).isdigit() and tokens.value["max"] > int(limit):
+                self.warn(1036, f"{path}: the longest prompt has at least {tokens.value['max']} tokens (text alone, before the chat "
+                                f"template), above data.max_prompt_length={limit}{'' if given else ' (verl default)'}: raise it or "
+                                "set data.filter_overlong_prompts=True", "data.prompt_tokens", about=path, facts=facts)
             fmt = facts["data.prompt_format"]
             if fmt.known and fmt.value.get("present") and not fmt.value.get("chat"):
                 self.warn(1034, f"{path}: column {fmt.value['column']!r} is {fmt.value.get('type')}, not a list of "
@@ -177,6 +184,11 @@ class Doctor:
             self.warn(1043, f"the tokenizer of {self.model} has no chat template; verl applies one to every prompt "
                             "(set actor_rollout_ref.model.custom_chat_template or use an instruct model)",
                       "model.chat_template", about=self.model, facts=self.model_facts)
+        known = self.model_facts["model.type_known"]
+        if known.known and not known.value.get("known") and not known.value.get("auto_map"):
+            self.warn(1042, f"transformers {known.value.get('transformers')} does not know model_type "
+                            f"{known.value.get('model_type')!r}: upgrade transformers (or vLLM/SGLang to a release that supports it)",
+                      "model.type_known", about=self.model, facts=self.model_facts)
         vocab = self.model_facts["model.vocab"]
         if vocab.known and not vocab.value.get("fits"):
             self.warn(1015, f"the tokenizer has {vocab.value['tokenizer_vocab']} tokens but the model's embedding only "

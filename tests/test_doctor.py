@@ -132,3 +132,17 @@ def test_doctor_runs_in_process(tmp_path):
     doc = diagnose_setup([str(verl_parquet(tmp_path / "t.parquet"))], None, ["trainer.n_gpus_per_node=0"])
     assert doc.data_facts and "gpu.count" in doc.facts
     json.dumps(doc.to_json(), default=str)
+
+
+def test_prompts_longer_than_max_prompt_length(tmp_path):
+    pytest.importorskip("tokenizers")
+    from test_probes import _word_tokenizer
+
+    m = model_dir(tmp_path / "m")
+    _word_tokenizer(m)
+    data = verl_parquet(tmp_path / "t.parquet")  # 6 tokens of text per prompt
+    _, doc = doctor_json("--data", str(data), "--model", str(m), "--", "data.max_prompt_length=4", "trainer.n_gpus_per_node=0")
+    (w,) = [w for w in doc["warnings"] if w["errno"] == 1036]
+    assert "at least 6 tokens" in w["says"]
+    _, doc = doctor_json("--data", str(data), "--model", str(m), "--", "data.max_prompt_length=512", "trainer.n_gpus_per_node=0")
+    assert 1036 not in codes(doc)

@@ -272,3 +272,39 @@ def test_plain_scan_loads_no_probe_dependency(tmp_path):
             "print('LOADED', [m for m in ('torch','pyarrow','pynvml','errmap.probes.gpu') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "LOADED []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _word_tokenizer(folder):
+    """A real tokenizer.json made with the tokenizers library: one token per whitespace-separated word."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers
+
+    words = ["What", "is", "+", "?", "<unk>"] + [str(i) for i in range(20)]
+    tok = tokenizers.Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+
+
+def test_prompt_tokens_with_the_models_tokenizer(tmp_path):
+    m = model_dir(tmp_path / "m")
+    _word_tokenizer(m)
+    data = verl_parquet(tmp_path / "t.parquet")  # "What is i + i?" -> What is i + i ? = 6 tokens
+    v = run("data.prompt_tokens", Context(data=str(data), model=str(m))).value
+    assert v == {"rows": 2, "max": 6, "p50": 6, "p99": 6}
+
+
+def test_model_type_known_to_transformers(tmp_path):
+    pytest.importorskip("transformers")
+    m = model_dir(tmp_path / "m")
+    assert run("model.type_known", Context(model=str(m))).value["known"] is True
+    (m / "config.json").write_text(json.dumps({"model_type": "no_such_arch_xyz", "vocab_size": 16}))
+    assert run("model.type_known", Context(model=str(m))).value["known"] is False
+
+
+def test_model_type_without_transformers_is_unknown(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        pytest.skip("transformers is installed here")
+    m = model_dir(tmp_path / "m")
+    assert run("model.type_known", Context(model=str(m))).reason == "transformers not installed"

@@ -43,9 +43,11 @@ PROBES: dict[str, str] = {
     "data.columns": "columns and types of the parquet data file",
     "data.prompt_format": "whether the prompt column holds lists of chat messages",
     "data.data_source": "distinct data_source values of the parquet data file",
+    "data.prompt_tokens": "token counts of the prompts (text only, a lower bound) with the model's tokenizer",
     "model.files": "whether the model folder has config.json and tokenizer files",
     "model.chat_template": "whether the model's tokenizer has a chat template",
     "model.vocab": "whether the tokenizer vocabulary fits the model's embedding size",
+    "model.type_known": "whether the installed transformers knows the model's model_type",
     "ckpt.files": "files present in the checkpoint folder",
     # The run
     "run.config": "training settings given after `errmap doctor --` or found in the log",

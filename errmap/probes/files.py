@@ -237,3 +237,69 @@ def ckpt_files(ctx):
         if len(files) >= 200:
             break
     return via({"path": str(path), "exists": True, "files": files[:200]}, "filesystem")
+
+
+@probe("model.type_known", timeout=60, uses=("model", "captures"))
+def model_type_known(ctx):
+    """Whether the installed transformers knows the model's model_type (its auto-config mapping)."""
+    path = _model_dir(ctx)
+    if not (path / "config.json").is_file():
+        raise Unknown(f"no config.json in {path}")
+    cfg = _read_json(path / "config.json")
+    model_type = cfg.get("model_type")
+    if not model_type:
+        raise Unknown("config.json has no model_type")
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        raise Unknown("transformers not installed")
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except Exception as exc:
+        raise Unknown(f"cannot read transformers' model types: {type(exc).__name__}: {exc}"[:300]) from None
+    from errmap.probes.backends import dist_version
+
+    return via({"model_type": model_type, "known": model_type in CONFIG_MAPPING_NAMES,
+                "transformers": dist_version("transformers"), "auto_map": bool(cfg.get("auto_map"))},
+               "transformers CONFIG_MAPPING_NAMES")
+
+
+def _text_of(prompt) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "".join(str(m.get("content") or "") if isinstance(m, dict) else str(m) for m in prompt)
+    return str(prompt)
+
+
+@probe("data.prompt_tokens", timeout=60, uses=("data", "model", "captures", "config"))
+def data_prompt_tokens(ctx):
+    """Token counts of the prompts' text (the first 2000 rows), with the model's tokenizer.json.
+
+    The chat template adds tokens around each message, so these counts are a lower bound of what
+    the trainer measures: a count above data.max_prompt_length is certain to be too long."""
+    pq, path = _parquet(ctx)
+    key = ctx.setting("data.prompt_key", "prompt")
+    mdir = _model_dir(ctx)
+    tj = mdir / "tokenizer.json"
+    if not tj.is_file():
+        raise Unknown(f"{mdir} has no tokenizer.json")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise Unknown("the tokenizers package is not installed") from None
+    tok = Tokenizer.from_file(str(tj))
+    pf = pq.ParquetFile(path)
+    if key not in pf.schema_arrow.names:
+        raise Unknown(f"{path} has no {key} column")
+    counts: list[int] = []
+    for batch in pf.iter_batches(columns=[key], batch_size=500):
+        texts = [_text_of(p) for p in batch.column(0).to_pylist()]
+        counts += [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
+        if len(counts) >= 2000:
+            break
+    if not counts:
+        raise Unknown(f"{path} has no rows")
+    counts.sort()
+    return via({"rows": len(counts), "max": counts[-1], "p50": counts[len(counts) // 2],
+                "p99": counts[min(len(counts) - 1, int(len(counts) * 0.99))]}, "tokenizers (text only: a lower bound)")
