@@ -1,6 +1,6 @@
 """Matches: a two-stage matcher over raw bytes.
 
-Stage one runs one Aho-Corasick automaton over whole chunks to find every anchor's required
+Stage one runs one multi-literal automaton (see prefilter.py) over whole chunks to find every anchor's required
 literal; stage two decodes only the lines that hold a hit, peels their prefixes and runs the
 anchors' full patterns there. Line numbers come from counting newlines in the skipped bytes.
 `\r` ends a line segment (tqdm bars) but only `\n` advances the line number, as in an editor.
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-import ahocorasick_rs
 import regex
 
 from errmap.kb import KB, Anchor, Entry
 from errmap.lines import ANSI, Line, peel
+from errmap.prefilter import build
 
 MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their start
 REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
@@ -65,7 +65,7 @@ class Matcher:
             literals.setdefault(lit.encode(), set()).add(-1)
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
-        self.automaton = ahocorasick_rs.BytesAhoCorasick(self.literals)
+        self.prefilter = build(self.literals)
 
     def scanner(self, path: str) -> Scanner:
         return Scanner(self, path)
@@ -139,8 +139,8 @@ class Scanner:
             block = ANSI.sub(b"", block)
         m = self.matcher
         hits: dict[int, tuple[int, set[int]]] = {}  # line start -> (line end, anchor ids)
-        for pat, start, stop in m.automaton.find_matches_as_indexes(block, overlapping=True):
-            s = max(block.rfind(b"\n", 0, start), block.rfind(b"\r", 0, start)) + 1
+        for pat, stop in m.prefilter.hits(block):
+            s = max(block.rfind(b"\n", 0, stop), block.rfind(b"\r", 0, stop)) + 1
             if s in hits:
                 hits[s][1].update(m.targets[pat])
                 continue
