@@ -77,11 +77,12 @@ def make_log(path: Path, size: int, seed: int = 7) -> int:
     return errs
 
 
-def timed(cmd: list[str], stdout=subprocess.DEVNULL) -> tuple[float, int]:
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS in KB, via GNU time."""
     with tempfile.NamedTemporaryFile("r") as t:
         t0 = time.perf_counter()
-        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name, *cmd], stdout=stdout, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name, *cmd], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False, env={**os.environ, **(env or {})})
         wall = time.perf_counter() - t0
         rss = int(t.read().strip().splitlines()[-1])
     return wall, rss
@@ -145,6 +146,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(dir=args.dir, prefix="errmap-bench-"))
     patterns, n_ok, n_all = rg_patterns(work)
     rows = []
+    engines = ["ahocorasick"]
+    try:
+        import hyperscan  # noqa: F401
+
+        engines.append("hyperscan")
+    except ImportError:
+        pass
     try:
         for gb in args.sizes:
             log = work / f"train-{gb:g}GB.log"
@@ -152,13 +160,15 @@ def main() -> None:
             size = log.stat().st_size
             subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL)  # page cache warm for both
             rg_s, rg_kb = timed(["rg", "-a", "-n", "-f", str(patterns), str(log)])
-            em_s, em_kb = timed([*errmap, "scan", "--format", "json", str(log)])
-            rows.append({
-                "size_gb": round(size / GB, 3), "error_lines": errs,
-                "errmap_s": round(em_s, 2), "rg_s": round(rg_s, 2), "ratio": round(em_s / rg_s, 2),
-                "errmap_mb_s": round(size / em_s / 1e6), "errmap_s_per_gb": round(em_s / (size / GB), 2),
-                "errmap_peak_mb": round(em_kb / 1024), "rg_peak_mb": round(rg_kb / 1024),
-            })
+            row = {"size_gb": round(size / GB, 3), "error_lines": errs, "rg_s": round(rg_s, 2), "rg_peak_mb": round(rg_kb / 1024)}
+            for engine in engines:
+                em_s, em_kb = timed([*errmap, "scan", "--format", "json", str(log)], {"ERRMAP_PREFILTER": engine})
+                row[engine] = {
+                    "errmap_s": round(em_s, 2), "ratio_to_rg": round(em_s / rg_s, 2),
+                    "mb_per_s": round(size / em_s / 1e6), "s_per_gb": round(em_s / (size / GB), 2),
+                    "peak_mb": round(em_kb / 1024),
+                }
+            rows.append(row)
             log.unlink()
         small = work / "small.log"
         small.write_bytes(b"step 1 loss 0.5\n" * 1000)
@@ -176,9 +186,11 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"machine: {result['machine']}; rg with {result['rg_patterns']}")
-    print(f"{'size GB':>8} {'errmap s':>9} {'rg s':>6} {'ratio':>6} {'MB/s':>6} {'s/GB':>6} {'peak MB':>8}")
+    print(f"{'size GB':>8} {'engine':>12} {'errmap s':>9} {'rg s':>6} {'ratio':>6} {'MB/s':>6} {'s/GB':>6} {'peak MB':>8}")
     for r in rows:
-        print(f"{r['size_gb']:>8} {r['errmap_s']:>9} {r['rg_s']:>6} {r['ratio']:>6} {r['errmap_mb_s']:>6} {r['errmap_s_per_gb']:>6} {r['errmap_peak_mb']:>8}")
+        for engine in engines:
+            e = r[engine]
+            print(f"{r['size_gb']:>8} {engine:>12} {e['errmap_s']:>9} {r['rg_s']:>6} {e['ratio_to_rg']:>6} {e['mb_per_s']:>6} {e['s_per_gb']:>6} {e['peak_mb']:>8}")
     w = result["watch_latency"]
     print(f"watch latency over {w['n']} lines: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")
     for k, v in result["startup_s"].items():
