@@ -163,7 +163,7 @@ def fires(check: Check, value: Any, target: Any, has_target: bool) -> bool | Non
 def _describe(check: Check, value: Any, target_text: str | None) -> str:
     name = check.probe + (f".{check.field}" if check.field else "")
     shown = short(value, 80)
-    if check.op in ("missing", "present") and target_text is None:
+    if check.op in ("missing", "present") and target_text is None or check.op == "==" and check.capture is None and check.against is None:
         return f"{name} = {shown}"
     return f"{name} = {shown} {check.op} {target_text}"
 

@@ -149,7 +149,7 @@ def model_files(ctx):
     """config.json, tokenizer files and weights in the model folder (a hub id is not a local folder)."""
     path = _model_dir(ctx)
     if not path.is_dir():
-        return via({"path": str(path), "exists": False, "config": False, "tokenizer": False}, "filesystem")
+        return via({"path": str(path), "exists": False, "config": None, "tokenizer": None}, "filesystem")
     names = sorted(p.name for p in path.iterdir())
     tok = [n for n in TOKENIZER_FILES if n in names]
     weights = [n for n in names if n.endswith(WEIGHT_SUFFIXES)]
