@@ -308,3 +308,20 @@ def test_model_type_without_transformers_is_unknown(tmp_path):
         pytest.skip("transformers is installed here")
     m = model_dir(tmp_path / "m")
     assert run("model.type_known", Context(model=str(m))).reason == "transformers not installed"
+
+
+def test_module_of_a_compiled_extension():
+    from errmap.probes.base import Unknown
+    from errmap.probes.versions import module_of_library
+
+    assert module_of_library("/venv/lib/python3.10/site-packages/vllm/_C.abi3.so") == "vllm._C"
+    assert module_of_library("/x/site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so") == "flash_attn_2_cuda"
+    with pytest.raises(Unknown):
+        module_of_library("libcudart.so.12")
+    v = run("module.importable", Context(captures={"library": "/x/site-packages/no_such_ext_xyz.cpython-311-x86_64-linux-gnu.so"})).value
+    assert v["module"] == "no_such_ext_xyz" and v["importable"] is False
+
+
+def test_model_type_named_in_the_log():
+    pytest.importorskip("transformers")
+    assert run("model.type_known", Context(captures={"model_type": "llama"})).value["known"] is True

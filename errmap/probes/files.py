@@ -241,12 +241,16 @@ def ckpt_files(ctx):
 
 @probe("model.type_known", timeout=60, uses=("model", "captures"))
 def model_type_known(ctx):
-    """Whether the installed transformers knows the model's model_type (its auto-config mapping)."""
-    path = _model_dir(ctx)
-    if not (path / "config.json").is_file():
-        raise Unknown(f"no config.json in {path}")
-    cfg = _read_json(path / "config.json")
-    model_type = cfg.get("model_type")
+    """Whether the installed transformers knows the model's model_type (its auto-config mapping):
+    the model_type named in the log, else the one in the model folder's config.json."""
+    cfg: dict = {}
+    model_type = ctx.capture("model_type")
+    if not model_type:
+        path = _model_dir(ctx)
+        if not (path / "config.json").is_file():
+            raise Unknown(f"no config.json in {path}")
+        cfg = _read_json(path / "config.json")
+        model_type = cfg.get("model_type")
     if not model_type:
         raise Unknown("config.json has no model_type")
     import importlib.util

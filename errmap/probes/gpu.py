@@ -160,8 +160,9 @@ def gpu_processes(ctx):
             for p in procs:
                 if p.pid == os.getpid():
                     continue
-                used = p.usedGpuMemory
-                out.append({"gpu": idx, "pid": p.pid, "used_mib": used // MIB if isinstance(used, int) else None})
+                used = p.usedGpuMemory  # None or a huge sentinel where the driver hides it (containers)
+                ok = isinstance(used, int) and 0 <= used < 1 << 50
+                out.append({"gpu": idx, "pid": p.pid, "used_mib": used // MIB if ok else None})
         return via(out, "nvml")
 
     def by_smi():

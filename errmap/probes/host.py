@@ -47,7 +47,8 @@ def host_shm(ctx):
     if not os.path.isdir(path):
         raise Unknown("/dev/shm does not exist here")
     st = os.statvfs(path)
-    return via({"total_mib": st.f_blocks * st.f_frsize // MIB, "free_mib": st.f_bavail * st.f_frsize // MIB}, "statvfs /dev/shm")
+    free = st.f_bavail * st.f_frsize
+    return via({"total_mib": st.f_blocks * st.f_frsize // MIB, "free_mib": free // MIB, "free_bytes": free}, "statvfs /dev/shm")
 
 
 def _existing(path: Path) -> Path:

@@ -241,12 +241,32 @@ def nccl_version(ctx):
 
 
 _MODULE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+_EXTENSION = re.compile(r"(?P<stem>[A-Za-z_]\w*)\.(?:cpython-[\w-]+|abi3|cp\d+[\w-]*)\.so$|(?P<plain>[A-Za-z_]\w*)\.so$")
+
+
+def module_of_library(path: str) -> str:
+    """The Python module a compiled extension file is imported as: site-packages/vllm/_C.abi3.so ->
+    vllm._C, flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so -> flash_attn_2_cuda. A system library
+    (libcudart.so.12) is not a module."""
+    path = path.strip("'\"")
+    base = path.rsplit("/", 1)[-1]
+    m = _EXTENSION.fullmatch(base)
+    if not m or base.startswith("lib") and m["plain"]:
+        raise Unknown(f"{base} is a shared library, not a Python module")
+    stem = m["stem"] or m["plain"]
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            pkg = path.split(marker, 1)[1].rsplit("/", 1)[0] if "/" in path.split(marker, 1)[1] else ""
+            return ".".join([*(p for p in pkg.split("/") if p), stem])
+    return stem
 
 
 @probe("module.importable", timeout=60, uses=("captures",))
 def module_importable(ctx):
     """Whether the module named in the log imports here (a subprocess of this Python, with a timeout)."""
-    name = ctx.capture("module", "package", "name", "lib")
+    name = ctx.capture("module", "package", "name")
+    if not name and ctx.capture("library", "lib"):
+        name = module_of_library(ctx.capture("library", "lib"))
     if not name:
         raise Unknown("the log names no module")
     name = name.strip("'\"")
