@@ -8,6 +8,7 @@ verl/trainer/config/ppo_trainer.yaml, and the warning says so.
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ class Doctor:
         ctx = Context(config=self.config, model=self.model)
         for name in MACHINE_ORDER:
             self.facts[name] = run(name, ctx)
+        if os.environ.get("MASTER_PORT"):
+            self.facts["host.port"] = run("host.port", ctx)
         self.facts["run.config"] = run("run.config", ctx)
         for path in self.data:
             dctx = Context(data=path, model=self.model, config=self.config)
@@ -133,6 +136,12 @@ class Doctor:
         if shm and shm.get("total_mib", 1 << 30) < 1024:
             self.warn(1022, f"/dev/shm holds only {shm['total_mib']} MiB (Docker's default is 64 MiB): NCCL and DataLoader workers need more; "
                             "run the container with --shm-size=16g or --ipc=host", "host.shm")
+        port = self.value("host.port")
+        if port and port.get("free") is False:
+            self.warn(1029, f"MASTER_PORT={port['port']} is already taken on this machine: pick a free port or stop the job holding it", "host.port")
+        ifname = self.value("net.socket_ifname")
+        if ifname and ifname.get("ok") is False:
+            self.warn(1028, f"NCCL_SOCKET_IFNAME={ifname['set']} selects no interface that is up here", "net.socket_ifname", "net.interfaces")
         conflicts = self.value("pkg.conflicts")
         if conflicts:
             self.warn(1048, f"installed versions do not meet the stack's requirements: {'; '.join(conflicts[:3])}", "pkg.conflicts")

@@ -146,3 +146,19 @@ def test_prompts_longer_than_max_prompt_length(tmp_path):
     assert "at least 6 tokens" in w["says"]
     _, doc = doctor_json("--data", str(data), "--model", str(m), "--", "data.max_prompt_length=512", "trainer.n_gpus_per_node=0")
     assert 1036 not in codes(doc)
+
+
+def test_master_port_taken_and_bad_socket_ifname():
+    import socket
+
+    s = socket.socket()
+    s.bind(("0.0.0.0", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        proc = errmap("doctor", "--format", "json", env={"MASTER_PORT": str(port), "NCCL_SOCKET_IFNAME": "no-such-if0"}, timeout=300)
+    finally:
+        s.close()
+    doc = json.loads(proc.stdout)
+    assert {1029, 1028} <= set(codes(doc))
+    assert doc["facts"]["host.port"]["value"] == {"port": port, "free": False}

@@ -7,6 +7,7 @@ The model folder is read as plain JSON: no tokenizer library is loaded.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ def _data_path(ctx) -> Path:
     raw = ctx.data or ctx.capture("path", "file")
     if not raw:
         raise Unknown("no data file: none named in the log (data.train_files=...) and none given with --data")
-    return Path(str(raw).strip("'\"")).expanduser()
+    return Path(os.path.expandvars(str(raw).strip("'\""))).expanduser()
 
 
 def _parquet(ctx):
@@ -128,7 +129,7 @@ def _model_dir(ctx) -> Path:
     raw = ctx.model or ctx.capture("model", "model_path", "path")
     if not raw:
         raise Unknown("no model folder: none named in the log (actor_rollout_ref.model.path=...) and none given with --model")
-    path = Path(str(raw).strip("'\"")).expanduser()
+    path = Path(os.path.expandvars(str(raw).strip("'\""))).expanduser()
     if path.is_file():
         path = path.parent
     return path
