@@ -44,11 +44,20 @@ kb_option = click.option(
 )
 
 
+_FORMAT_HELP = {
+    "text": "text for people",
+    "json": "json for programs (a stable contract)",
+    "jsonl": "jsonl one diagnosis a line as it happens",
+    "sarif": "sarif for code scanning",
+    "github": "github for Actions annotations",
+}
+
+
 def format_option(*choices: str):
+    names = ["text", "json", *choices]
     return click.option(
-        "--format", "fmt", type=click.Choice(["text", "json", *choices]), default="text", show_default=True,
-        help="text for people; json for programs (a stable contract); jsonl one diagnosis a line as it "
-        "happens; sarif for code scanning; github for Actions annotations.",
+        "--format", "fmt", type=click.Choice(names), default="text", show_default=True,
+        help="; ".join(_FORMAT_HELP[n] for n in names) + ".",
     )
 
 
