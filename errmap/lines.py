@@ -22,13 +22,15 @@ _PREFIXES = [
     # torchrun / torch.distributed: "[rank3]:", "[Rank 3]:", "[default3]:"
     regex.compile(r"\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"),
     # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] "
-    regex.compile(r"\[(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+) +\d+ [^\]]+\]\s*"),
+    # (torch 2.x prints no thread id: "[W1202 11:13:41.396213183 ProcessGroupNCCL.cpp:1575] ")
+    regex.compile(r"\[(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)(?: +\d+)? [^\]\s]+\]\s*"),
     # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] "
     regex.compile(r"\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?[ |:-]*"),
-    # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " and "WARNING:root:"
+    # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " (before 0.8 without the
+    # "[": "ERROR 12-02 08:41:31 engine.py:135] ") and "WARNING:root:"
     regex.compile(
         r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
-        r"(?: \[[^\]]*\])?(?::[\w.]*:|:| -| \|)?\s+"
+        r"(?: \[[^\]]*\]| [\w.-]+:\d+\])?(?::[\w.]*:|:| -| \|)?\s+"
     ),
 ]
 _REPEATED = regex.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")

@@ -108,3 +108,10 @@ def test_reported_line_is_the_lines_position(m, filler, where):
     lines.insert(where, "errmap-test-marker 5")
     data = "\n".join(lines).encode()
     assert markers(events(m, data, chunk=7)) == [(where + 1, "5")]
+
+
+def test_peel_torch2_glog_without_thread_and_old_vllm():
+    line = peel("f", 1, "[W1202 11:13:41.396213183 ProcessGroupNCCL.cpp:1575] Warning: something")
+    assert line.level == "WARNING" and line.text == "Warning: something"
+    line = peel("f", 1, "ERROR 12-02 08:41:31 engine.py:135] RuntimeError: boom")
+    assert line.level == "ERROR" and line.text == "RuntimeError: boom"
