@@ -325,3 +325,22 @@ def test_module_of_a_compiled_extension():
 def test_model_type_named_in_the_log():
     pytest.importorskip("transformers")
     assert run("model.type_known", Context(captures={"model_type": "llama"})).value["known"] is True
+
+
+def test_checkpoint_folder_and_the_file_the_log_names(tmp_path):
+    actor = tmp_path / "global_step_10" / "actor"
+    actor.mkdir(parents=True)
+    (actor / "model_world_size_2_rank_0.pt").write_bytes(b"x")
+    v = run("ckpt.files", Context(captures={"path": str(actor / "fsdp_config.json")})).value
+    assert v["exists"] and v["named"] == "fsdp_config.json" and v["named_present"] is False
+    assert "model_world_size_2_rank_0.pt" in v["files"]
+    v = run("ckpt.files", Context(captures={"path": str(actor / "model_world_size_2_rank_0.pt")})).value
+    assert v["named_present"] is True
+    assert run("ckpt.files", Context(captures={"path": str(tmp_path / "nope" / "x.pt")})).value["exists"] is False
+
+
+def test_the_data_file_the_error_names_wins(tmp_path):
+    good = verl_parquet(tmp_path / "train.parquet")
+    missing = tmp_path / "val.parquet"
+    v = run("data.file", Context(data=str(good), captures={"path": str(missing)})).value
+    assert v["path"] == str(missing) and v["exists"] is False and v["parquet"] is None

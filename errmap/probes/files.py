@@ -19,8 +19,14 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 MAX_SOURCES = 50
 
 
+DATA_SUFFIXES = (".parquet", ".json", ".jsonl", ".arrow", ".csv")
+
+
 def _data_path(ctx) -> Path:
-    raw = ctx.data or ctx.capture("path", "file")
+    """The data file the log's error names (a captured path to a data file), else --data or
+    data.train_files found in the log."""
+    named = ctx.capture("path", "file")
+    raw = named if named and named.strip("'\"").endswith(DATA_SUFFIXES) else ctx.data or named
     if not raw:
         raise Unknown("no data file: none named in the log (data.train_files=...) and none given with --data")
     return Path(os.path.expandvars(str(raw).strip("'\""))).expanduser()
@@ -46,7 +52,7 @@ def data_file(ctx):
     path = _data_path(ctx)
     out: dict[str, Any] = {"path": str(path), "exists": path.exists()}
     if not path.exists():
-        out.update(parquet=False)
+        out.update(parquet=None)
         return via(out, "filesystem")
     if path.is_dir():
         out.update(is_dir=True, parquet=False)
@@ -225,11 +231,12 @@ def ckpt_files(ctx):
     raw = ctx.capture("ckpt", "checkpoint", "dir", "path")
     if not raw:
         raise Unknown("the log names no checkpoint folder")
-    path = Path(str(raw).strip("'\"")).expanduser()
-    if path.is_file():
-        path = path.parent
+    path = Path(os.path.expandvars(str(raw).strip("'\""))).expanduser()
+    named = None
+    if path.is_file() or (not path.exists() and path.suffix):
+        named, path = path.name, path.parent  # the log names a file: look at its folder
     if not path.is_dir():
-        return via({"path": str(path), "exists": False, "files": []}, "filesystem")
+        return via({"path": str(path), "exists": False, "files": [], "named": named, "named_present": None}, "filesystem")
     files: list[str] = []
     for p in sorted(path.iterdir()):
         files.append(p.name + ("/" if p.is_dir() else ""))
@@ -237,7 +244,8 @@ def ckpt_files(ctx):
             files += [f"{p.name}/{q.name}" for q in sorted(p.iterdir())][:50]
         if len(files) >= 200:
             break
-    return via({"path": str(path), "exists": True, "files": files[:200]}, "filesystem")
+    return via({"path": str(path), "exists": True, "files": files[:200], "named": named,
+                "named_present": (path / named).exists() if named else None}, "filesystem")
 
 
 @probe("model.type_known", timeout=60, uses=("model", "captures"))
