@@ -14,25 +14,26 @@ import regex
 # CSI sequences (colours, cursor moves), OSC sequences (titles, links) and two-byte escapes.
 ANSI = regex.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
-_PREFIXES = [
+# Each alternative is one kind of prefix; the whole group repeats, so one match call peels
+# "(WorkerDict pid=1, ip=h) [rank3]:[E1202 10:00:00.1 7 x.cpp:9] " in one go (regex keeps every
+# repetition's captures).
+_PREFIX = regex.compile(
+    r"(?:"
     # Ray: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=123)", "(raylet)", "(TaskRunner pid=9, ip=h, actor_id=..)"
-    regex.compile(
-        r"\((?P<actor>[A-Za-z_][\w.:-]*)?(?:(?(actor) |)pid=(?P<pid>\d+))?(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)\s*"
-    ),
+    r"\((?:(?P<actor>[A-Za-z_][\w.:-]*)(?: pid=(?P<pid>\d+))?|pid=(?P<pid>\d+))(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)\s*"
     # torchrun / torch.distributed: "[rank3]:", "[Rank 3]:", "[default3]:"
-    regex.compile(r"\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"),
+    r"|\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"
     # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] "
     # (torch 2.x prints no thread id: "[W1202 11:13:41.396213183 ProcessGroupNCCL.cpp:1575] ")
-    regex.compile(r"\[(?P<level>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)(?: +\d+)? [^\]\s]+\]\s*"),
+    r"|\[(?P<glevel>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)(?: +\d+)? [^\]\s]+\]\s*"
     # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] "
-    regex.compile(r"\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?[ |:-]*"),
+    r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?[ |:-]*"
     # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " (before 0.8 without the
     # "[": "ERROR 12-02 08:41:31 engine.py:135] ") and "WARNING:root:"
-    regex.compile(
-        r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
-        r"(?: \[[^\]]*\]| [\w.-]+:\d+\])?(?::[\w.]*:|:| -| \|)?\s+"
-    ),
-]
+    r"|(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
+    r"(?: \[[^\]]*\]| [\w.-]+:\d+\])?(?::[\w.]*:|:| -| \|)?\s+"
+    r")*"
+)
 _REPEATED = regex.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL", "WARN": "WARNING"}
 QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
@@ -64,29 +65,24 @@ class Line:
 def peel(path: str, lineno: int, raw: str, cut: bool = False) -> Line:
     line = Line(path, lineno, raw, raw, cut=cut)
     text = raw
-    if (rep := _REPEATED.search(text)) is not None:
+    if "[repeated" in text and (rep := _REPEATED.search(text)) is not None:
         line.repeat = int(rep[1])
         text = text[: rep.start()]
-    changed = True
-    while changed:
-        changed = False
-        for pattern in _PREFIXES:
-            m = pattern.match(text)
-            if m is None or m.end() == 0:
-                continue
-            groups = m.groupdict()
-            if pattern is _PREFIXES[0] and not (groups.get("actor") or groups.get("pid")):
-                continue
-            for name, value in groups.items():
-                if value is None:
-                    continue
-                if name in ("rank", "pid"):
-                    setattr(line, name, int(value))
-                elif name == "level":
-                    line.level = _LEVELS.get(value, value)
-                else:
-                    setattr(line, name, value)
-            text = text[m.end():]
-            changed = True
+    m = _PREFIX.match(text)
+    if m.end():
+        caps = m.capturesdict()
+        last = {k: v[-1] for k, v in caps.items() if v}
+        if "rank" in last:
+            line.rank = int(last["rank"])
+        if "pid" in last:
+            line.pid = int(last["pid"])
+        line.actor = last.get("actor")
+        line.host = last.get("host")
+        line.time = last.get("time")
+        levels = [(m.starts(g)[-1], caps[g][-1]) for g in ("level", "glevel") if caps[g]]
+        if levels:  # the innermost (last) level printed wins
+            level = max(levels)[1]
+            line.level = _LEVELS.get(level, level)
+        text = text[m.end():]
     line.text = text
     return line

@@ -135,8 +135,6 @@ class Scanner:
 
     def _scan(self, block: bytes, cut: bool = False) -> list[Event]:
         """Match a block of whole lines (or one cut line) and advance the line count."""
-        if b"\x1b" in block:
-            block = ANSI.sub(b"", block)
         m = self.matcher
         hits: dict[int, tuple[int, set[int]]] = {}  # line start -> (line end, anchor ids)
         for pat, stop in m.prefilter.hits(block):
@@ -152,7 +150,10 @@ class Scanner:
             e, ids = hits[s]
             lineno += block.count(b"\n", pos, s)
             pos = s
-            raw = block[s:e].decode("utf-8", "replace").replace("\x00", "")
+            raw = block[s:e]
+            if b"\x1b" in raw:  # colours are stripped per candidate line: cheap, and literals sit inside messages
+                raw = ANSI.sub(b"", raw)
+            raw = raw.decode("utf-8", "replace").replace("\x00", "")
             events += m.match_line(peel(self.path, lineno, raw, cut), ids)
         if not cut:
             self.lineno = lineno + block.count(b"\n", pos)
