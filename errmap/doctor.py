@@ -227,7 +227,7 @@ class Doctor:
             asked = int(gpus)
         except (TypeError, ValueError):
             asked = None
-        if asked is not None and count is not None and asked > count:
+        if asked is not None and count and asked > count:  # no GPU at all is 1004
             src = "" if g_given else " (verl's default)"
             self.warn(1032, f"trainer.n_gpus_per_node={asked}{src} but this node has {count} GPU{'s' if count != 1 else ''}: "
                             f"set trainer.n_gpus_per_node={count}", "gpu.count", "run.config")

@@ -79,8 +79,19 @@ def test_max_num_batched_tokens_below_sequence_length():
 
 def test_more_gpus_asked_than_present():
     _, doc = doctor_json("--", "trainer.n_gpus_per_node=4096")
+    if doc["facts"]["gpu.count"].get("value") == 0:  # no GPU at all: that is 1004, not 1032
+        assert 1004 in codes(doc) and 1032 not in codes(doc)
+        return
     (w,) = [w for w in doc["warnings"] if w["errno"] == 1032]
     assert "trainer.n_gpus_per_node=4096" in w["says"]
+
+
+def test_more_gpus_asked_than_present_in_process():
+    doc = _doctor_with({"gpu.count": 2, "gpu.capability": [9.0, 9.0]}, {"trainer.n_gpus_per_node": "8"})
+    (w,) = [w for w in doc.warnings if w.errno == 1032]
+    assert "set trainer.n_gpus_per_node=2" in w.says
+    doc = _doctor_with({"gpu.count": 2, "gpu.capability": [9.0, 9.0]}, {"data.max_prompt_length": "512"})
+    assert 1032 in {w.errno for w in doc.warnings}  # verl's default of 8 GPUs a node
 
 
 def test_model_problems(tmp_path):
