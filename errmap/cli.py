@@ -255,7 +255,7 @@ def explain(code: str, fmt: str) -> None:
         _console(stderr=True).print(f"[bold red]errmap:[/] no code {escape(code)}; `errmap list` shows them all")
         sys.exit(EXIT_INPUT)
     if fmt == "json":
-        click.echo(json.dumps(entry.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(entry.to_dict(), indent=2, ensure_ascii=False))
     else:
         print_entry(_console(), entry, kb, Matcher(kb))
 

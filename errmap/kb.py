@@ -1,63 +1,41 @@
-"""The knowledge base: one YAML file per errno, validated into `Entry` models.
+"""The knowledge base: one YAML file per errno, validated (errmap/schema.py) into `Entry` values.
 
-Loading never executes anything from YAML (safe loader only) and every problem names
-its file and line, so a broken entry is as easy to fix as a compiler error.
+Loading never executes anything from YAML (safe loader only) and every problem names its file
+and line, so a broken entry is as easy to fix as a compiler error. Validated entries are cached as
+JSON, keyed by the names, sizes and times of the KB files, so a run whose KB did not change reads
+one file and imports neither YAML parsing nor pydantic.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import regex
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 OFFICIAL_RANGE = range(1001, 1049)
 USER_RANGE = range(9000, 10000)
 PLACEHOLDER = regex.compile(r"\{(\w+)\}")
 
 
-def _unescape(pattern: str) -> str:
-    """The regex source with escapes of punctuation removed, to check that literals occur in it."""
-    return regex.sub(r"\\([^\w\s])", r"\1", pattern)
+@dataclass(frozen=True)
+class Anchor:
+    """One real message: the literal(s) for the prefilter and the full pattern."""
 
-
-class Anchor(BaseModel):
-    """One real message: a required literal for the prefilter and the full pattern."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    literal: str | list[str] = Field(description="substring(s) of the raw line; one must occur")
-    regex: str = Field(description="pattern run on the line without its rank/Ray prefix")
-    source: str = Field(min_length=3, description="where the message comes from: upstream file or issue URL")
-    any_level: bool = Field(default=False, description="also match inside INFO/WARNING records")
+    literal: str | list[str]
+    regex: str
+    source: str
+    any_level: bool = False
 
     @property
     def literals(self) -> list[str]:
         return [self.literal] if isinstance(self.literal, str) else list(self.literal)
-
-    @field_validator("regex")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            regex.compile(value)
-        except regex.error as exc:
-            raise ValueError(f"regex does not compile: {exc}") from None
-        return value
-
-    @model_validator(mode="after")
-    def _literals_in_pattern(self) -> Anchor:
-        text = _unescape(self.regex)
-        for lit in self.literals:
-            if len(lit) < 4:
-                raise ValueError(f"literal {lit!r} is too short to prefilter (4 characters at least)")
-            if lit not in text:
-                raise ValueError(f"literal {lit!r} does not occur in the regex as written")
-        return self
 
     @cached_property
     def compiled(self) -> regex.Pattern[str]:
@@ -68,89 +46,69 @@ class Anchor(BaseModel):
         return set(self.compiled.groupindex)
 
 
-class Link(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True)
+class Link:
+    url: str
+    kind: str
+    title: str
+    fixed_in: str | None = None
 
-    url: str = Field(pattern=r"^https://\S+$")
-    kind: Literal["patch", "docs", "issue", "release"]
-    title: str = Field(min_length=3)
-    fixed_in: str | None = Field(default=None, description="release that fixed it, where known")
 
-
-class Check(BaseModel):
-    """A confirmation rule: compare a probed fact with a constant or a capture."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True)
+class Check:
+    """A confirmation rule: compare a probed fact with a constant, a capture or another fact."""
 
     probe: str
-    field: str | None = Field(default=None, description="key inside the probe's fact, when it is a mapping")
-    op: Literal["<", "<=", ">", ">=", "==", "!=", "contains", "missing", "present"]
+    op: str
+    verdict: str
+    says: str
+    field: str | None = None
     value: str | float | int | bool | None = None
-    capture: str | None = Field(default=None, description="compare with this capture instead of `value`")
-    against: str | None = Field(default=None, description="compare with the fact of this other probe instead")
-    against_field: str | None = Field(default=None, description="key inside the other probe's fact")
-    verdict: Literal["confirmed", "refuted"]
-    says: str = Field(min_length=3, description="the sentence shown when the rule fires")
-
-    @model_validator(mode="after")
-    def _one_target(self) -> Check:
-        targets = [t for t in (self.value is not None, self.capture, self.against) if t]
-        if len(targets) > 1:
-            raise ValueError("give one of value, capture or against")
-        if not targets and self.op not in ("missing", "present"):
-            raise ValueError(f"op {self.op!r} needs a value, capture or against")
-        if self.against_field and not self.against:
-            raise ValueError("against_field needs against")
-        return self
+    capture: str | None = None
+    against: str | None = None
+    against_field: str | None = None
 
 
-class Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True)
+class Entry:
+    """A validated KB entry (see errmap/schema.py for the rules each field obeys)."""
 
     errno: int
-    slug: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
-    title: str = Field(min_length=5)
+    slug: str
+    title: str
     group: str
-    role: Literal["root", "consequence"]
-    summary: str = Field(min_length=10)
-    anchors: list[Anchor] = Field(min_length=1)
-    key: list[str] = Field(default_factory=list, description="captures that tell two incidents apart")
-    cause: str = Field(min_length=10)
-    fix: list[str] = Field(min_length=1)
-    links: list[Link] = Field(min_length=1)
-    probes: list[str] = Field(default_factory=list)
-    checks: list[Check] = Field(default_factory=list)
-    related: list[int] = Field(default_factory=list)
-    caused_by: list[int] = Field(default_factory=list)
+    role: str
+    summary: str
+    anchors: tuple[Anchor, ...]
+    cause: str
+    fix: tuple[str, ...]
+    links: tuple[Link, ...]
+    key: tuple[str, ...] = ()
+    probes: tuple[str, ...] = ()
+    checks: tuple[Check, ...] = ()
+    related: tuple[int, ...] = ()
+    caused_by: tuple[int, ...] = ()
     applies_to: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Entry:
+        nested = {"anchors": Anchor, "links": Link, "checks": Check}
+        return cls(**{
+            k: tuple(nested[k](**x) for x in v) if k in nested else tuple(v) if isinstance(v, list) else v
+            for k, v in d.items()
+        })
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @property
     def captures(self) -> set[str]:
         return set().union(*(a.groups for a in self.anchors))
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Entry:
-        names = self.captures
-        for k in self.key:
-            if k not in names:
-                raise ValueError(f"key {k!r} is not a capture of any anchor")
-        for text in [self.cause, *self.fix]:
-            for name in PLACEHOLDER.findall(text):
-                if name not in names:
-                    raise ValueError(f"placeholder {{{name}}} is not a capture of any anchor")
-        for check in self.checks:
-            if check.capture and check.capture not in names:
-                raise ValueError(f"check capture {check.capture!r} is not a capture of any anchor")
-        if self.errno in self.caused_by:
-            raise ValueError("an entry cannot be caused by itself")
-        return self
-
     def fill(self, text: str, captures: dict[str, str]) -> str:
         """Put captured values into a cause or fix text; a capture this match lacks shows as <name>."""
         names = self.captures
-        return PLACEHOLDER.sub(
-            lambda m: captures.get(m[1]) or f"<{m[1]}>" if m[1] in names else m[0], text
-        )
+        return PLACEHOLDER.sub(lambda m: captures.get(m[1]) or f"<{m[1]}>" if m[1] in names else m[0], text)
 
 
 class KBError(Exception):
@@ -196,8 +154,12 @@ def load_entry(path: Path, allowed: range = OFFICIAL_RANGE) -> Entry:
         raise KBError([f"{path}:{line}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
     if not isinstance(data, dict):
         raise KBError([f"{path}:1: expected a mapping of fields"])
+    from pydantic import ValidationError
+
+    from errmap import schema
+
     try:
-        entry = Entry.model_validate(data)
+        entry = Entry.from_dict(schema.Entry.model_validate(data).model_dump())
     except ValidationError as exc:
         lines = _line_map(yaml.compose(text, Loader=_Loader))  # positions only when there is a problem
         problems = []
@@ -278,6 +240,29 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
     return problems
 
 
+CACHE_VERSION = 1
+
+
+def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:
+    """Where the validated KB of exactly these files is cached; None when there is nowhere to put it."""
+    base = os.environ.get("ERRMAP_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "errmap"
+    )
+    code = [Path(__file__), Path(__file__).with_name("schema.py")]
+    h = hashlib.sha256(f"{CACHE_VERSION} {[p.stat().st_mtime_ns for p in code]}".encode())
+    for folder, allowed in folders:
+        h.update(f"|{folder.resolve()}:{allowed.start}".encode())
+        try:
+            names = sorted(os.scandir(folder), key=lambda d: d.name)
+        except OSError:
+            continue
+        for d in names:
+            if d.name.endswith((".yaml", ".yml")):
+                st = d.stat()
+                h.update(f"/{d.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return Path(base) / f"kb-{h.hexdigest()[:24]}.json"
+
+
 def load(extra: list[Path] | None = None) -> KB:
     """The official KB plus user folders (`extra`, ERRMAP_KB_PATH).
 
@@ -287,6 +272,12 @@ def load(extra: list[Path] | None = None) -> KB:
     env = os.environ.get("ERRMAP_KB_PATH", "")
     folders = [(official_dir(), OFFICIAL_RANGE)]
     folders += [(f, USER_RANGE) for f in [*(extra or []), *(Path(p) for p in env.split(os.pathsep) if p)]]
+    cache = _cache_file(folders)
+    try:
+        cached = json.loads(cache.read_text())
+        return KB({e["errno"]: Entry.from_dict(e) for e in cached["entries"]}, tuple(cached["warnings"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     entries: dict[int, Entry] = {}
     warnings: list[str] = []
     for folder, allowed in folders:
@@ -297,4 +288,11 @@ def load(extra: list[Path] | None = None) -> KB:
         warnings += bad
         entries.update(found)
     warnings += cross_check(entries)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"entries": [e.to_dict() for e in entries.values()], "warnings": warnings}))
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a read-only home: run without a cache
     return KB(entries, tuple(warnings))

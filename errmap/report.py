@@ -6,7 +6,7 @@ Renderers only format; `diagnose` decides what a diagnosis says.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ def diagnose(inc: Incident) -> dict[str, Any]:
         "summary": e.summary,
         "cause": e.fill(e.cause, caps),
         "fix": [e.fill(step, caps) for step in e.fix],
-        "links": [link.model_dump(exclude_none=True) for link in e.links],
+        "links": [{k: v for k, v in asdict(link).items() if v is not None} for link in e.links],
         "caused_by": inc.cause.entry.errno if inc.cause else None,
         "consequences": [c.entry.errno for c in inc.consequences],
         "docs": docs_url(e.errno),

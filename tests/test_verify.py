@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from errmap.kb import Check, Entry
+from errmap import schema
+from errmap.kb import Entry
 from errmap.probes.base import Fact
 from errmap.verify import decide
 
@@ -20,12 +21,12 @@ ANCHOR = [{"literal": "boom", "regex": r"boom (?P<n>\d+) (?P<col>\w+)", "source"
 
 
 def entry(*checks: dict, probes: list[str] | None = None) -> Entry:
-    return Entry.model_validate({
+    return Entry.from_dict(schema.Entry.model_validate({
         "errno": 9100, "slug": "t", "title": "a test entry", "group": "test", "role": "root",
         "summary": "a test entry for rules", "anchors": ANCHOR, "cause": "a cause for the test",
         "fix": ["fix it"], "links": [{"url": "https://example.org/x", "kind": "docs", "title": "docs"}],
         "probes": probes or [], "checks": list(checks),
-    })
+    }).model_dump())
 
 
 def fact(name, value):
@@ -96,9 +97,9 @@ def test_fields_inside_facts_and_booleans():
 
 def test_check_model_rejects_two_targets_and_missing_target():
     with pytest.raises(ValueError):
-        Check.model_validate({"probe": "gpu.count", "op": "<", "value": 1, "capture": "n", "verdict": "confirmed", "says": "xx x"})
+        schema.Check.model_validate({"probe": "gpu.count", "op": "<", "value": 1, "capture": "n", "verdict": "confirmed", "says": "xx x"})
     with pytest.raises(ValueError):
-        Check.model_validate({"probe": "gpu.count", "op": "<", "verdict": "confirmed", "says": "xx x"})
+        schema.Check.model_validate({"probe": "gpu.count", "op": "<", "verdict": "confirmed", "says": "xx x"})
 
 
 def test_the_1012_rules_of_the_kb(kb):
