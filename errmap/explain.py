@@ -154,10 +154,10 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         con.print(f"  [cyan]{escape(' | '.join(a.literals))}[/]  [dim]{escape(a.source)}[/]")
         con.print(f"    [dim]pattern[/] {escape(a.regex)}")
     section()
-    con.print(f"  {escape(e.fill(e.cause, {}))}")
+    con.print(f"  {escape(e.fill(e.cause))}")
     section()
     for i, step in enumerate(e.fix, 1):
-        con.print(f"  {i}. {escape(e.fill(step, {}))}")
+        con.print(f"  {i}. {escape(e.fill(step))}")
     section()
     for link in e.links:
         fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""

@@ -22,6 +22,7 @@ import yaml
 OFFICIAL_RANGE = range(1001, 1049)
 USER_RANGE = range(9000, 10000)
 PLACEHOLDER = regex.compile(r"\{(\w+)\}")
+OPTIONAL = regex.compile(r"\[\[(.*?)\]\]", flags=regex.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,21 @@ class Entry:
     def captures(self) -> set[str]:
         return set().union(*(a.groups for a in self.anchors))
 
-    def fill(self, text: str, captures: dict[str, str]) -> str:
-        """Put captured values into a cause or fix text; a capture this match lacks shows as <name>."""
+    def fill(self, text: str, captures: dict[str, str] | None = None) -> str:
+        """Put captured values into a cause or fix text.
+
+        `[[ ... ]]` marks an optional fragment: kept only when every capture it names was found.
+        Without captures (`errmap explain`, the docs) the text is a template: fragments stay and
+        placeholders show as <name>.
+        """
         names = self.captures
+        if captures is None:
+            text = OPTIONAL.sub(r"\1", text)
+            captures = {}
+        else:
+            text = OPTIONAL.sub(
+                lambda m: m[1] if all(captures.get(n) for n in PLACEHOLDER.findall(m[1]) if n in names) else "", text
+            )
         return PLACEHOLDER.sub(lambda m: captures.get(m[1]) or f"<{m[1]}>" if m[1] in names else m[0], text)
 
 

@@ -23,9 +23,11 @@ _PREFIX = regex.compile(
     r"\((?:(?P<actor>[A-Za-z_][\w.:-]*)(?: pid=(?P<pid>\d+))?|pid=(?P<pid>\d+))(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)\s*"
     # torchrun / torch.distributed: "[rank3]:", "[Rank 3]:", "[default3]:"
     r"|\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"
-    # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] "
-    # (torch 2.x prints no thread id: "[W1202 11:13:41.396213183 ProcessGroupNCCL.cpp:1575] ")
-    r"|\[(?P<glevel>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)(?: +\d+)? [^\]\s]+\]\s*"
+    # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] " (torch 2.x
+    # prints no thread id, torch.distributed's Python logger no bracket: "W1202 11:18:34.86 26072 x.py:874] ")
+    r"|\[?(?P<glevel>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)(?: +\d+)? [^\]\s]+\]\s*"
+    # Ray's C++ logs: "[2023-04-09 07:23:59,445 E 395 395] " (then "(raylet) node_manager.cc:1: ...")
+    r"|\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) (?P<glevel>[IWEF]) \d+ \d+\]\s*"
     # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] "
     r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?[ |:-]*"
     # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " (before 0.8 without the

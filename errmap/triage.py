@@ -94,32 +94,37 @@ class Triage:
         return inc if fresh else None
 
     def ranked(self) -> list[Incident]:
-        """Root causes by first appearance, each with what it caused; then unexplained consequences.
+        """Root causes by first appearance, each with what it led to; then unexplained consequences.
 
-        An incident whose KB entry names a cause (`caused_by`) is folded under the earliest incident of
-        that cause: a consequence wherever it appears (ranks interleave their output), a root-role
-        incident only when its cause came first.
+        An incident whose KB entry names causes (`caused_by`) is folded under the earliest incident of
+        such a cause found anywhere in the logs: ranks interleave their output, and a cause's detail
+        line may follow the generic error it explains (NCCL's "Last error:" after "NCCL error in:").
         """
         incidents = sorted(self.incidents.values(), key=lambda i: i.order)
         for inc in incidents:
             inc.cause, inc.consequences = None, []
         roots = [i for i in incidents if i.entry.role == "root"]
         for inc in incidents:
-            causes = [
-                r for r in roots
-                if r is not inc and r.entry.errno in inc.entry.caused_by
-                and (inc.entry.role == "consequence" or r.order < inc.order)
-            ]
-            if causes:
-                inc.cause = causes[0]
-                causes[0].consequences.append(inc)
+            for r in roots:
+                if r.entry.errno in inc.entry.caused_by and not _under(r, inc):
+                    inc.cause = r
+                    r.consequences.append(inc)
+                    break
         top = [i for i in roots if i.cause is None]
-        folded = [c for r in top for c in _descendants(r)]
         loose = [i for i in incidents if i.entry.role == "consequence" and i.cause is None]
-        return top + folded + loose
+        return [x for r in top for x in (r, *_descendants(r))] + loose
 
     def unrecognized(self) -> list[Residue]:
         return sorted(self.residue.values(), key=lambda r: r.order)
+
+
+def _under(inc: Incident, ancestor: Incident) -> bool:
+    """Whether `inc` is `ancestor` or is already folded beneath it (no cycles of causes)."""
+    while inc is not None:
+        if inc is ancestor:
+            return True
+        inc = inc.cause
+    return False
 
 
 def _descendants(inc: Incident) -> list[Incident]:

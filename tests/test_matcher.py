@@ -115,3 +115,10 @@ def test_peel_torch2_glog_without_thread_and_old_vllm():
     assert line.level == "WARNING" and line.text == "Warning: something"
     line = peel("f", 1, "ERROR 12-02 08:41:31 engine.py:135] RuntimeError: boom")
     assert line.level == "ERROR" and line.text == "RuntimeError: boom"
+
+
+def test_peel_python_glog_and_ray_cpp_prefixes():
+    line = peel("f", 1, "W1202 11:18:34.86 26072 torch/distributed/run.py:874] careful")
+    assert line.level == "WARNING" and line.text == "careful"
+    line = peel("f", 1, "[2023-04-09 07:23:59,445 E 395 395] (raylet) node_manager.cc:1: worker died")
+    assert (line.level, line.actor, line.text) == ("ERROR", "raylet", "node_manager.cc:1: worker died")
