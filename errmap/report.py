@@ -19,6 +19,7 @@ from errmap.triage import Incident, Residue, Triage
 
 JSON_VERSION = 1
 SHOWN_TEXT = 300  # characters of an evidence line shown in text output
+SHOWN_STEPS = 4  # fix steps shown in text output; --verbose and `errmap explain` show all
 
 
 def docs_url(errno: int) -> str | None:
@@ -140,7 +141,7 @@ def _spread(d: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False) -> None:
+def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False) -> None:
     """One diagnosis: header, evidence, cause, fix, links."""
     head = f"[bold]{n}.[/] " if n else ""
     role = "" if d["role"] == "root" else " [dim](consequence)[/]"
@@ -163,8 +164,11 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
         return
     con.print(f"   [bold]Cause[/]  {escape(d['cause'])}")
     con.print("   [bold]Fix[/]")
-    for i, step in enumerate(d["fix"], 1):
+    steps = d["fix"] if verbose else d["fix"][:SHOWN_STEPS]
+    for i, step in enumerate(steps, 1):
         con.print(f"     {i}. {escape(step)}")
+    if len(steps) < len(d["fix"]):
+        con.print(f"     [dim]… {len(d['fix']) - len(steps)} more steps: errmap explain {d['errno']}[/]")
     for link in d["links"][:3]:
         con.print(f"   [dim]{link['kind']:<6}[/] {escape(link['url'])}  [dim]{escape(link['title'])}[/]")
     more = d["docs"] or f"errmap explain {d['errno']}"
@@ -189,7 +193,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     dicts = {id(inc): d for inc, d in ranked}
     con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({scanned}; root cause first)[/]\n")
     for n, (inc, d) in enumerate(tops, 1):
-        print_diagnosis(con, d, n, brief=summary or (n > 1 and not verbose))
+        print_diagnosis(con, d, n, brief=summary or (n > 1 and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)
         con.print()
     if residue:
