@@ -47,6 +47,7 @@ class Unrecognized:
     line: Line
     type: str
     message: str
+    inner: str | None = None  # a wrapper's wrapped type: RayTaskError(KeyError) -> KeyError
 
 
 Event = Match | Unrecognized
@@ -92,7 +93,7 @@ class Matcher:
             except TimeoutError:
                 g = None
             if g is not None:
-                events.append(Unrecognized(line, g["type"], (g["message"] or "").strip()))
+                events.append(Unrecognized(line, g["type"], (g["message"] or "").strip(), g["inner"]))
         return events
 
 

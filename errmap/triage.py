@@ -59,6 +59,7 @@ class Residue:
     message: str
     first: Line
     order: int
+    inner: str | None = None
     count: int = 0
 
 
@@ -75,7 +76,7 @@ class Triage:
             key = (event.type, _NUMBERS.sub("N", event.message[:200]))
             fresh = key not in self.residue
             if fresh:
-                self.residue[key] = Residue(event.type, event.message, event.line, self._events)
+                self.residue[key] = Residue(event.type, event.message, event.line, self._events, event.inner)
             self.residue[key].count += event.line.repeat
             return self.residue[key] if fresh else None
         return self._add_match(event)
@@ -115,7 +116,12 @@ class Triage:
         return [x for r in top for x in (r, *_descendants(r))] + loose
 
     def unrecognized(self) -> list[Residue]:
-        return sorted(self.residue.values(), key=lambda r: r.order)
+        """Residue in order, without wrappers (`RayTaskError(KeyError): ...`) whose wrapped error was diagnosed."""
+        diagnosed = " ".join(line.text for inc in self.incidents.values() for line in inc.evidence)
+        return sorted(
+            (r for r in self.residue.values() if not (r.inner and f"{r.inner.rsplit('.', 1)[-1]}:" in diagnosed)),
+            key=lambda r: r.order,
+        )
 
 
 def _under(inc: Incident, ancestor: Incident) -> bool:
