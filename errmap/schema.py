@@ -16,8 +16,9 @@ PLACEHOLDER = regex.compile(r"\{(\w+)\}")
 
 
 def _unescape(pattern: str) -> str:
-    """The regex source with escapes of punctuation removed, to check that literals occur in it."""
-    return regex.sub(r"\\([^\w\s])", r"\1", pattern)
+    """The regex source as plain text, to check that literals occur in it: escapes of punctuation
+    removed, and named-group openers too, so `memory: (?P<n>-\\d+)` holds the literal `memory: -`."""
+    return regex.sub(r"\(\?P<\w+>", "", regex.sub(r"\\([^\w\s])", r"\1", pattern))
 
 
 class Anchor(BaseModel):
