@@ -29,6 +29,8 @@ GENERIC = regex.compile(
     r"|(?P<type>Fatal Python error): (?P<message>.*))$"
 )
 
+CAUGHT = regex.compile(r"Caught (\w+) in ")
+
 
 @dataclass(slots=True)
 class Match:
@@ -93,7 +95,9 @@ class Matcher:
             except TimeoutError:
                 g = None
             if g is not None:
-                events.append(Unrecognized(line, g["type"], (g["message"] or "").strip(), g["inner"]))
+                message = (g["message"] or "").strip()
+                caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."
+                events.append(Unrecognized(line, g["type"], message, g["inner"] or (caught and caught[1])))
         return events
 
 
