@@ -119,9 +119,17 @@ class Entry:
             captures = {}
         else:
             text = OPTIONAL.sub(
-                lambda m: m[1] if all(captures.get(n) for n in PLACEHOLDER.findall(m[1]) if n in names) else "", text
+                lambda m: m[1] if all(captures.get(n) is not None for n in PLACEHOLDER.findall(m[1]) if n in names) else "",
+                text,
             )
-        return PLACEHOLDER.sub(lambda m: captures.get(m[1]) or f"<{m[1]}>" if m[1] in names else m[0], text)
+
+        def value(m: regex.Match) -> str:
+            if m[1] not in names:
+                return m[0]
+            found = captures.get(m[1])
+            return f"<{m[1]}>" if found is None else found
+
+        return PLACEHOLDER.sub(value, text)
 
 
 class KBError(Exception):
