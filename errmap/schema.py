@@ -15,10 +15,22 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 PLACEHOLDER = regex.compile(r"\{(\w+)\}")
 
 
-def _unescape(pattern: str) -> str:
-    """The regex source as plain text, to check that literals occur in it: escapes of punctuation
-    removed, and named-group openers too, so `memory: (?P<n>-\\d+)` holds the literal `memory: -`."""
-    return regex.sub(r"\(\?P<\w+>", "", regex.sub(r"\\([^\w\s])", r"\1", pattern))
+# A group whose alternatives are plain text: "(?P<v>nan|inf|-inf)", "(?:actor|critic)".
+_PLAIN_GROUP = regex.compile(r"\((?:\?:|\?P<\w+>)?([^()\\|?*+\[\]{}]*(?:\|[^()\\|?*+\[\]{}]*)+)\)(?![?*+{])")
+
+
+def _texts(pattern: str, limit: int = 256) -> list[str]:
+    """The regex source as plain texts, to check that literals occur in it: groups of plain
+    alternatives expanded, escapes of punctuation and named-group openers removed (so
+    `memory: (?P<n>-\\d+)` holds `memory: -` and `grad_norm:(?P<v>nan|inf)` holds `grad_norm:inf`)."""
+    out = [pattern]
+    while len(out) < limit and any(_PLAIN_GROUP.search(t) for t in out):
+        expanded = []
+        for t in out:
+            m = _PLAIN_GROUP.search(t)
+            expanded += [t[: m.start()] + alt + t[m.end():] for alt in m[1].split("|")] if m else [t]
+        out = expanded
+    return [regex.sub(r"\(\?P<\w+>", "", regex.sub(r"\\([^\w\s])", r"\1", t)) for t in out]
 
 
 class Anchor(BaseModel):
@@ -46,11 +58,11 @@ class Anchor(BaseModel):
 
     @model_validator(mode="after")
     def _literals_in_pattern(self) -> Anchor:
-        text = _unescape(self.regex)
+        texts = _texts(self.regex)
         for lit in self.literals:
             if len(lit) < 4:
                 raise ValueError(f"literal {lit!r} is too short to prefilter (4 characters at least)")
-            if lit not in text:
+            if not any(lit in t for t in texts):
                 raise ValueError(f"literal {lit!r} does not occur in the regex as written")
         return self
 
