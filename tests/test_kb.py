@@ -105,3 +105,20 @@ def test_clean_log_gives_nothing(matcher, log):
 
 def test_enough_clean_logs():
     assert len(CLEAN_LOGS) >= 25
+
+
+def test_prefilter_literals_are_rare_in_healthy_logs(matcher):
+    """Stage two runs only on lines holding a literal; a literal every healthy step line holds
+    (a metric name, an INFO banner) would make every scan slow. Generic failure words excluded."""
+    from errmap.matcher import GENERIC_LITERALS
+
+    generic = {lit.encode() for lit in GENERIC_LITERALS}
+    lines = candidates = 0
+    for log in CLEAN_LOGS:
+        data = log.read_bytes()
+        lines += data.count(b"\n") + 1
+        starts = {
+            data.rfind(b"\n", 0, end) for i, end in matcher.prefilter.hits(data) if matcher.literals[i] not in generic
+        }
+        candidates += len(starts)
+    assert candidates <= 0.02 * lines, f"{candidates} of {lines} healthy lines reach stage two"
