@@ -59,7 +59,10 @@ def _code(value: str) -> str:
 
 def prose(value: str, names: set[str] | None = None) -> str:
     """KB prose for a page: `code` spans become <code>, {capture} placeholders show as <capture>."""
+    from errmap.kb import OPTIONAL
+
     names = names or set()
+    value = OPTIONAL.sub(r"\1", value)  # a page shows the template: optional fragments stay
 
     def holes(part: str) -> str:
         out, last = [], 0
@@ -121,13 +124,108 @@ def example_html(example) -> str:
     )
 
 
+def regex_phrases(pattern: str) -> list[str]:
+    """The runs of plain text in a regex: the words the message prints, as a log shows them.
+
+    `out of resource: (?P<r>shared memory|\\w+),? ?Required: (?P<n>\\d+)` gives
+    ["out of resource:", "shared memory", "Required"]; a character made optional is left out.
+    """
+    runs: list[str] = []
+    cur: list[str] = []
+
+    def flush() -> None:
+        run = "".join(cur).strip()
+        cur.clear()
+        if len(run) >= 4 and re.search(r"[A-Za-z]{2}", run):
+            runs.append(run)
+
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1:i + 2]
+            if nxt and not nxt.isalnum():
+                cur.append(nxt)
+            else:  # \w \d \s \b \n ...: a class or an assertion, not text
+                flush()
+            i += 2
+        elif c == "[":
+            flush()
+            i += 1
+            if i < n and pattern[i] == "^":
+                i += 1
+            if i < n and pattern[i] == "]":
+                i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+            i += 1
+        elif c == "(":
+            flush()
+            m = re.match(r"\(\?(?:P<\w+>|<\w+>|[:=!>]|<[=!]|[a-zA-Z]+\)|[a-zA-Z]*:)?", pattern[i:])
+            i += m.end() if m else 1
+        elif c in ")|^$.":
+            flush()
+            i += 1
+        elif c in "?*+" or (c == "{" and re.match(r"\{\d+(?:,\d*)?\}", pattern[i:])):
+            if cur:  # the quantifier applies to the last character alone
+                cur.pop()
+            flush()
+            m = re.match(r"\{\d+(?:,\d*)?\}", pattern[i:]) if c == "{" else None
+            i += m.end() if m else 1
+        else:
+            cur.append(c)
+            i += 1
+    flush()
+    return runs
+
+
+# The search plugin's separator (mkdocs.yml): queries are split into words by it, and so are these.
+SEARCH_SEPARATOR = re.compile(r'[\s\-_,:!=\[\]()"/]+|\.(?!\d)')
+
+
+def search_words(e) -> list[str]:
+    """The words of a code's messages (its literals and the text runs of its patterns), for search.
+
+    They go into the page's `tags`, which Material's search weighs far above body text, so words
+    typed from a log line rank the page whose message holds them above pages that only mention
+    them. The search index keeps each tag whole, so each word is a tag of its own.
+    """
+    words: dict[str, None] = {}
+    for a in e.anchors:
+        for phrase in [*a.literals, *filter(_telling, regex_phrases(a.regex))]:
+            for word in SEARCH_SEPARATOR.split(phrase.lower()):
+                word = word.strip(_EDGE + "'")
+                if len(word) >= 2 and not word.isdigit():
+                    words.setdefault(word, None)
+    return list(words)
+
+
+_EDGE = " \t:;,.()[]{}<>'\"`=/-|"
+
+
+def _telling(run: str) -> bool:
+    """A run that names this message rather than any error: some words, or one long identifier."""
+    run = run.strip(_EDGE)
+    words = re.findall(r"[A-Za-z][\w.-]*", run)
+    if len(words) >= 2:
+        return sum(len(w) for w in words) >= 8
+    return len(words) == 1 and (len(words[0]) >= 12 or "_" in words[0])
+
+
 def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     """The Markdown of one code's page, section by section as `errmap explain` prints them."""
+    import json
+
     from errmap.explain import SECTIONS, find_example, probe_lines, related
 
     names = e.captures
     heads = iter(SECTIONS)
     out = [
+        "---",
+        # JSON is YAML: every message is quoted and escaped whatever characters it holds.
+        f"tags: {json.dumps(search_words(e), ensure_ascii=True)}",
+        "---",
+        "",
         f"# {e.errno} · {text(e.title)}",
         "",
         f'<p class="errmap-meta"><code>{e.slug}</code> · {html.escape(e.group)} · {ROLE.get(e.role, e.role)}</p>',

@@ -37,13 +37,15 @@ def run_command(
 ) -> int:
     """Run argv to completion; return its exit status (128+N when killed by signal N)."""
     use_pty = sys.stdout.isatty()
+    # Python children flush each line, so diagnoses follow the output live (an explicit setting wins).
+    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
     if use_pty:
         master, slave = pty.openpty()
-        proc = subprocess.Popen(argv, stdout=slave, stderr=slave, preexec_fn=os.setpgrp)
+        proc = subprocess.Popen(argv, stdout=slave, stderr=slave, env=env, preexec_fn=os.setpgrp)
         os.close(slave)
         routes = {master: sys.stdout.fileno()}
     else:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=os.setpgrp)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=os.setpgrp)
         routes = {proc.stdout.fileno(): sys.stdout.fileno(), proc.stderr.fileno(): sys.stderr.fileno()}
 
     def forward(signum, _frame) -> None:
