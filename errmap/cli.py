@@ -1,9 +1,8 @@
-"""The errmap command line: scan, watch, explain, list and kb check."""
+"""The errmap command line: scan, watch, run, explain, list, doctor, kb check and docs."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -152,18 +151,12 @@ def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
     kb = _load_kb(kb_dirs)
     matcher = Matcher(kb)
     triage = Triage()
-    on_new = _live(_console(), fmt, (lambda inc: probed(inc)) if probe else None)
-
-    def probed(inc: Incident) -> dict:
-        if inc.fingerprint not in report.extra:
-            settings = sniffer.settings if sniffer is not None else verify.sniff_file(follow_path)
-            prober = verify.prober_for(settings, data_file, model_dir)
-            report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()
-        return report.extra[inc.fingerprint]
-
     source = Source(follow_path or "-")
     report = Report([source], triage)
     sniffer = verify.sniff([source]) if probe and not follow_path else None
+    settings = (lambda: sniffer.settings) if sniffer is not None else (lambda: verify.sniff_file(follow_path))
+    probed = _prober(report, settings, data_file, model_dir) if probe else None
+    on_new = _live(_console(), fmt, probed)
     try:
         if follow_path:
             from errmap.follow import follow_into
@@ -177,13 +170,27 @@ def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
     except InputError as exc:
         report.errors.append(exc)
     except KeyboardInterrupt:
-        _summary(report, fmt, probed if probe else None)
+        _summary(report, fmt, probed)
         sys.exit(130)
-    _summary(report, fmt, probed if probe else None)
+    _summary(report, fmt, probed)
     sys.exit(report.exit_code())
 
 
-def _summary(report: Report, fmt: str, probed=None, to_stderr: bool = False) -> None:
+def _prober(report: Report, settings: Callable[[], dict], data_file: str | None, model_dir: str | None) -> Callable[[Incident], dict]:
+    """Verdict and facts for an incident, probed once and kept in the report (watch and run)."""
+    prober = None
+
+    def probed(inc: Incident) -> dict:
+        nonlocal prober
+        if inc.fingerprint not in report.extra:
+            prober = prober or verify.prober_for(settings(), data_file, model_dir)
+            report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()
+        return report.extra[inc.fingerprint]
+
+    return probed
+
+
+def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None = None, to_stderr: bool = False) -> None:
     for inc in report.triage.incidents.values() if probed else ():
         probed(inc)
     if fmt == "json":
@@ -196,15 +203,15 @@ def _summary(report: Report, fmt: str, probed=None, to_stderr: bool = False) -> 
     print_report(con, report, summary=True)
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Also write the command's combined output to FILE (line numbers refer to it).")
 @format_option("jsonl")
 @kb_option
 @probe_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
-        probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
+def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
+            probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Run a training command, diagnose its output live, exit with its status.
 
     errmap run --log train.log -- bash train_gsm8k.sh
@@ -218,13 +225,9 @@ def run(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: tuple
     source = Source(log_path or "output")
     report = Report([source], triage)
 
-    def probed(inc: Incident) -> dict:
-        if inc.fingerprint not in report.extra:
-            settings = verify.sniff_file(log_path) if log_path else {}
-            report.extra[inc.fingerprint] = verify.prober_for(settings, data_file, model_dir).verify(inc.entry, inc.captures).to_json()
-        return report.extra[inc.fingerprint]
-
-    on_new = _live(_console(stderr=True), fmt, probed if probe else None)
+    settings = lambda: verify.sniff_file(log_path) if log_path else {}  # noqa: E731
+    probed = _prober(report, settings, data_file, model_dir) if probe else None
+    on_new = _live(_console(stderr=True), fmt, probed)
     try:
         log = open(log_path, "wb") if log_path else None
     except OSError as exc:
@@ -238,7 +241,7 @@ def run(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: tuple
     finally:
         if log is not None:
             log.close()
-    _summary(report, fmt, probed if probe else None, to_stderr=True)
+    _summary(report, fmt, probed, to_stderr=True)
     sys.exit(status)
 
 
