@@ -63,6 +63,39 @@ def test_prose_keeps_code_spans_and_shows_placeholders(kb):
     assert "<code>&lt;required&gt;</code>" in out
 
 
+def test_regex_phrases_are_the_printed_words():
+    assert docs.regex_phrases(
+        r"out of resource: (?P<resource>shared memory|\w+),? ?Required: (?P<required>\d+),? ?Hardware limit: ?(?P<limit>\d+)"
+    ) == ["out of resource:", "shared memory", "Required:", "Hardware limit:"]
+    assert docs.regex_phrases(r"^(?:[\w.]+: )?Key '(?P<key>[^']+)' is not in struct") == ["Key '", "' is not in struct"]
+    assert docs.regex_phrases(r"CUDA error: no kernel image is available\.? (?i)x{2,3}abcd") == [
+        "CUDA error: no kernel image is available", "abcd"]
+
+
+def test_search_words_come_from_the_messages(kb):
+    words = docs.search_words(kb.get(1012))
+    assert {"hardware", "limit", "shared", "memory", "resource"} <= set(words)
+    assert all(w == w.lower() and not docs.SEARCH_SEPARATOR.search(w) for w in words)
+
+
+def test_search_separator_is_the_one_mkdocs_uses():
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    search = next(p["search"] for p in config["plugins"] if isinstance(p, dict) and "search" in p)
+    assert search["separator"] == docs.SEARCH_SEPARATOR.pattern
+
+
+def test_page_front_matter_is_valid_yaml(kb, matcher):
+    import yaml
+
+    for e in kb:
+        page = docs.errno_page(e, kb, matcher, None)
+        assert page.startswith("---\n")
+        meta = yaml.safe_load(page.split("---\n")[1])
+        assert meta["tags"] == docs.search_words(e)
+
+
 # ---------------------------------------------------------------- the example log
 
 
