@@ -216,7 +216,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     """The Markdown of one code's page, section by section as `errmap explain` prints them."""
     import json
 
-    from errmap.explain import SECTIONS, find_example, probe_lines, related
+    from errmap.explain import MANY, SECTIONS, find_example, probe_lines, related_groups
 
     names = e.captures
     heads = iter(SECTIONS)
@@ -276,11 +276,15 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         out += [f"- **{verdict}** when {prose(says)}" for verdict, says in checks] + ([""] if checks else [])
 
     section()
-    rel = related(e, kb)
-    if not rel:
+    groups = related_groups(e, kb)
+    if not groups:
         out += ["None.", ""]
-    for label, n, title in rel:
-        out.append(f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)")
+    for label, items in groups:
+        if len(items) > MANY:
+            links = ", ".join(f"[{n}](../{n}/index.md)" for n, _ in items)
+            out += [f"**{label}:** {links}", ""]
+            continue
+        out += [f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
     out += ["", f'<p class="errmap-foot">In the terminal: <code>errmap explain {e.errno}</code></p>', ""]
     return "\n".join(out)
 

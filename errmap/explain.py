@@ -114,7 +114,19 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
 def related(e: Entry, kb: KB | None) -> list[tuple[str, int, str | None]]:
     """(label, errno, title) for the codes that cause this one and for related codes."""
     title = (lambda n: kb.entries[n].title if kb and n in kb.entries else None)
-    return [("Usually caused by", n, title(n)) for n in e.caused_by] + [("Related", n, title(n)) for n in e.related]
+    return [("Usually caused by", n, title(n)) for n in e.caused_by] + [
+        ("Related", n, title(n)) for n in e.related if n not in e.caused_by]
+
+
+MANY = 6  # longer lists of related codes show as numbers on one line
+
+
+def related_groups(e: Entry, kb: KB | None) -> list[tuple[str, list[tuple[int, str | None]]]]:
+    """`related` as (label, [(errno, title)]) groups, in order."""
+    groups: dict[str, list[tuple[int, str | None]]] = {}
+    for label, n, title in related(e, kb):
+        groups.setdefault(label, []).append((n, title))
+    return list(groups.items())
 
 
 def probe_lines(e: Entry) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -171,10 +183,14 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     for verdict, says in checks:
         con.print(f"  [dim]{verdict} when[/] {escape(says)}")
     section()
-    rel = related(e, kb)
-    if not rel:
+    groups = related_groups(e, kb)
+    if not groups:
         con.print("  [dim]None.[/]")
-    for label, n, title in rel:
-        con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
+    for label, items in groups:
+        if len(items) > MANY:
+            con.print(f"  [dim]{label}:[/] " + ", ".join(str(n) for n, _ in items))
+            continue
+        for n, title in items:
+            con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
     if url := docs_url(e.errno):
         con.print(f"\n[dim]docs:[/] {escape(url)}")
