@@ -194,3 +194,21 @@ def test_search_finds_a_page_from_words_of_a_log(browser, base_url, outside, phr
     assert set(pages) & codes, (phrase, pages)
     context.close()
     assert not outside
+
+
+def test_every_page_fits_a_phone_width(browser, base_url, outside):
+    """No page scrolls sideways at 390 px, nor hides part of a line in a box that does."""
+    context, page = open_page(browser, base_url, outside, PHONE)
+    paths = ["/", "/errno/"] + [f"/errno/{f.name.split('-', 1)[0]}/" for f in sorted((ROOT / "kb").glob("[0-9]*.yaml"))]
+    wide = {}
+    for path in paths:
+        page.goto(base_url + path)
+        if page.evaluate("document.documentElement.scrollWidth") > PHONE["width"] + 1:
+            wide[path] = "page"
+        boxes = page.evaluate("""Array.from(document.querySelectorAll('article .errmap-log, article li, article p'))
+            .filter(e => e.scrollWidth > e.clientWidth + 2 && getComputedStyle(e).overflowX !== 'visible').length""")
+        if boxes:
+            wide[path] = f"{boxes} boxes"
+    context.close()
+    assert not wide, wide
+    assert not outside
