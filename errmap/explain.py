@@ -156,7 +156,8 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             if n == example.marked:
                 con.print(f"[bold red]▶[/] [bold]{n:>{width}}[/]  [bold]{escape(text)}[/]", soft_wrap=False, overflow="fold")
             else:
-                con.print(f"  [dim]{n:>{width}}[/]  {escape(text)}", soft_wrap=False, overflow="fold")
+                # Context is cut at the terminal's edge; the matched line above folds in full.
+                con.print(f"  [dim]{n:>{width}}[/]  {escape(text)}", soft_wrap=False, no_wrap=True, overflow="ellipsis")
         for label, value in (("how", example.how), ("machine", example.machine)):
             if value:
                 con.print(f"  [dim]{label}: {escape(value)}[/]")
