@@ -254,11 +254,14 @@ def test_without_torch_pyarrow_or_gpu_every_probe_answers(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _BLOCKED, str(path), str(m)], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     facts = json.loads(proc.stdout)
-    for name in ("gpu.names", "gpu.capability", "gpu.bf16", "gpu.shared_memory", "torch.version", "torch.arch_list", "torch.cxx11_abi"):
+    for name in ("gpu.names", "gpu.capability", "gpu.bf16", "gpu.shared_memory", "gpu.memory"):
+        # no GPU here, or (on a GPU machine) every GPU hidden by CUDA_VISIBLE_DEVICES="": nothing to report
+        assert "unknown" in facts[name] or facts[name]["value"] == [], (name, facts[name])
+    assert facts["gpu.count"].get("value", 0) == 0
+    for name in ("torch.version", "torch.arch_list", "torch.cxx11_abi"):
         assert "unknown" in facts[name], (name, facts[name])
     assert facts["torch.version"]["unknown"] == "torch not installed"
     assert facts["data.columns"]["unknown"] == "pyarrow not installed"
-    assert facts["gpu.memory"].get("unknown") or facts["gpu.memory"]["value"] == []
     for name, fact in facts.items():
         assert "value" in fact or fact["unknown"], name
         assert "probe failed" not in str(fact.get("unknown")), (name, fact)
