@@ -17,6 +17,22 @@ from errmap.probes import registry
 from errmap.probes.base import Context, Fact, run, short
 
 _VERSION = re.compile(r"\d+(\.\d+)*")
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGTP]?i?B)\s*", re.I)
+_UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50}
+_FIELD_UNITS = {"_bytes": 1, "_mib": 1 << 20, "_gib": 1 << 30}
+
+
+def in_field_unit(target: Any, field: str | None) -> Any:
+    """A captured size with its unit ("180.00 GiB") in the unit a fact's field declares by its
+    name (free_bytes, total_mib, free_gib); other targets unchanged."""
+    if not isinstance(target, str) or not field:
+        return target
+    unit = next((u for suffix, u in _FIELD_UNITS.items() if field.endswith(suffix)), None)
+    m = _SIZE.fullmatch(target)
+    if unit is None or m is None:
+        return target
+    return float(m[1]) * _UNITS[m[2].lower()] / unit
 
 
 @dataclass
@@ -185,8 +201,8 @@ def decide(entry: Entry, captures: dict[str, str], facts: dict[str, Fact]) -> Ve
         if check.capture:
             if not captures.get(check.capture):
                 continue
-            has_target, target = True, captures[check.capture]
-            target_text = f"{check.capture} {target}"
+            has_target, target = True, in_field_unit(captures[check.capture], check.field)
+            target_text = f"{check.capture} {captures[check.capture]}"
         elif check.against:
             other = facts.get(check.against)
             if other is None or not other.known:

@@ -219,3 +219,16 @@ def test_scan_without_probe_has_no_verdict(tmp_path, user_kb):
     proc = errmap("scan", "--format", "json", "--kb", str(user_kb), str(log))
     (d,) = [d for d in json.loads(proc.stdout)["diagnoses"] if d["errno"] == 9033]
     assert "verdict" not in d and "facts" not in d
+
+
+def test_captured_sizes_are_compared_in_the_fields_unit():
+    from errmap.verify import in_field_unit
+
+    assert in_field_unit("180.00 GiB", "total_mib") == 180 * 1024
+    assert in_field_unit("512 MiB", "free_bytes") == 512 * 1024 * 1024
+    assert in_field_unit("2GB", "free_gib") == pytest.approx(2e9 / (1 << 30))
+    assert in_field_unit("180.00 GiB", None) == "180.00 GiB" and in_field_unit("0.9", "free_fraction") == "0.9"
+    e = entry({"probe": "gpu.memory", "field": "total_mib", "op": "<", "capture": "n", "verdict": "confirmed", "says": "too big"})
+    mem = {"gpu.memory": fact("gpu.memory", [{"total_mib": 143771, "free_mib": 143000}])}
+    assert decide(e, {"n": "180.00 GiB"}, mem).verdict == "confirmed"
+    assert decide(e, {"n": "2.00 GiB"}, mem).verdict == "unverified"
