@@ -232,3 +232,84 @@ def test_captured_sizes_are_compared_in_the_fields_unit():
     mem = {"gpu.memory": fact("gpu.memory", [{"total_mib": 143771, "free_mib": 143000}])}
     assert decide(e, {"n": "180.00 GiB"}, mem).verdict == "confirmed"
     assert decide(e, {"n": "2.00 GiB"}, mem).verdict == "unverified"
+
+
+# ---------------------------------------------------------------- the KB's own rules, code by code
+
+F = Fact
+RULE_CASES = [
+    # errno, captures, facts, verdict
+    (1001, {}, {"torch.gpu_supported": [False]}, "confirmed"),
+    (1002, {}, {"torch.gpu_supported": [True, False]}, "confirmed"),
+    (1003, {}, {"driver.cuda_version": "12.2", "torch.cuda_version": "12.8"}, "confirmed"),
+    (1003, {}, {"driver.cuda_version": "13.0", "torch.cuda_version": "12.8"}, "refuted"),
+    (1004, {}, {"gpu.count": 0, "torch.cuda_build": True, "env.cuda_visible_devices": None}, "confirmed"),
+    (1004, {}, {"gpu.count": 1, "torch.cuda_build": True, "env.cuda_visible_devices": ""}, "confirmed"),
+    (1005, {}, {"gpu.count": 1, "run.config": {}}, "confirmed"),
+    (1005, {}, {"gpu.count": 4, "run.config": {"trainer.n_gpus_per_node": "8"}}, "confirmed"),
+    (1006, {}, {"nvcc.version": "13.0", "torch.cuda_version": "12.8"}, "confirmed"),
+    (1006, {}, {"nvcc.version": "12.8", "torch.cuda_version": "12.8"}, "refuted"),
+    (1007, {"library": "x.so"}, {"module.importable": {"module": "x", "importable": False}}, "confirmed"),
+    (1007, {"library": "x.so"}, {"module.importable": {"module": "x", "importable": True}}, "refuted"),
+    (1008, {"module": "verl"}, {"module.importable": {"module": "verl", "importable": False}}, "confirmed"),
+    (1008, {"module": "verl"}, {"module.importable": {"module": "verl", "importable": True}}, "refuted"),
+    (1009, {}, {"gpu.capability": [7.0]}, "confirmed"),
+    (1009, {}, {"gpu.capability": [9.0]}, "refuted"),
+    (1010, {}, {"gpu.capability": [7.5]}, "confirmed"),
+    (1010, {}, {"gpu.capability": [8.0, 9.0]}, "refuted"),
+    (1011, {}, {"pkg.versions": {"flash-attn": None}}, "confirmed"),
+    (1012, {"required": "262144"}, {"gpu.shared_memory": [232448]}, "confirmed"),
+    (1012, {"required": "65536"}, {"gpu.shared_memory": [232448]}, "refuted"),
+    (1013, {}, {"gpu.capability": [6.1]}, "confirmed"),
+    (1014, {}, {"pkg.conflicts": ["vllm 0.8.5 requires torch==2.6.0, but torch 2.7.0 is installed"]}, "confirmed"),
+    (1015, {}, {"model.vocab": {"model_vocab": 32000, "tokenizer_vocab": 32005, "fits": False}}, "confirmed"),
+    (1017, {"tried": "180.00 GiB"}, {"gpu.memory": [{"total_mib": 143771, "free_mib": 143000, "free_fraction": 0.99}], "gpu.processes": []}, "confirmed"),
+    (1017, {}, {"gpu.memory": [{"total_mib": 81559, "free_mib": 2000, "free_fraction": 0.02}], "gpu.processes": []}, "confirmed"),
+    (1018, {}, {"gpu.processes": [{"gpu": 0, "pid": 9, "used_mib": 40000}]}, "confirmed"),
+    (1019, {}, {"gpu.processes": [{"gpu": 0, "pid": 9, "used_mib": 40000}]}, "confirmed"),
+    (1020, {"utilization": "0.9"}, {"gpu.memory": [{"total_mib": 81559, "free_mib": 40000, "free_fraction": 0.49}], "gpu.processes": []}, "confirmed"),
+    (1021, {}, {"host.memory": {"total_gib": 64, "available_gib": 2, "available_fraction": 0.03}}, "confirmed"),
+    (1022, {}, {"host.shm": {"total_mib": 64, "free_mib": 60, "free_bytes": 62914560}}, "confirmed"),
+    (1023, {}, {"env.alloc_conf": "expandable_segments:True", "gpu.processes": []}, "confirmed"),
+    (1024, {}, {"host.disk": {"path": "/ckpt", "free_gib": 0.2, "total_gib": 500, "used_fraction": 0.999}}, "confirmed"),
+    (1026, {}, {"net.socket_ifname": {"set": "eth9", "matches": [], "ok": False}, "host.shm": {"total_mib": 4096}}, "confirmed"),
+    (1027, {}, {"gpu.count": 1, "run.config": {}}, "confirmed"),
+    (1028, {}, {"net.socket_ifname": {"set": "eth9", "matches": [], "ok": False}}, "confirmed"),
+    (1029, {"port": "29500"}, {"host.port": {"port": 29500, "free": False}}, "confirmed"),
+    (1032, {"required": "8"}, {"gpu.count": 4, "run.config": {}}, "confirmed"),
+    (1033, {"column": "prompt"}, {"data.columns": {"question": "string", "answer": "string"}}, "confirmed"),
+    (1033, {"column": "prompt"}, {"data.columns": {"prompt": "list<...>", "data_source": "string"}}, "refuted"),
+    (1034, {}, {"data.prompt_format": {"column": "prompt", "present": True, "chat": False}, "data.columns": {}}, "confirmed"),
+    (1035, {}, {"data.file": {"path": "/d/t.parquet", "exists": False, "parquet": None}}, "confirmed"),
+    (1035, {}, {"data.file": {"path": "/d/t.parquet", "exists": True, "parquet": True}}, "refuted"),
+    (1036, {"length": "5000", "limit": "4096"}, {"data.prompt_tokens": {"rows": 10, "max": 4500, "p50": 300, "p99": 4000}}, "confirmed"),
+    (1041, {"path": "/m"}, {"model.files": {"path": "/m", "exists": False, "config": None, "tokenizer": None}}, "confirmed"),
+    (1042, {}, {"model.type_known": {"model_type": "qwen3_5_moe", "known": False}}, "confirmed"),
+    (1042, {}, {"model.type_known": {"model_type": "qwen2", "known": True}}, "refuted"),
+    (1043, {}, {"model.chat_template": False}, "confirmed"),
+    (1043, {}, {"model.chat_template": True}, "refuted"),
+    (1044, {"data_source": "my/data"}, {"data.data_source": ["my/data"]}, "confirmed"),
+    (1044, {"data_source": "my/data"}, {"data.data_source": ["openai/gsm8k"]}, "refuted"),
+    (1046, {"path": "/c/actor/fsdp_config.json"}, {"ckpt.files": {"path": "/c/actor", "exists": True, "files": [], "named": "fsdp_config.json", "named_present": False}}, "confirmed"),
+    (1047, {}, {"pkg.conflicts": ["x"], "gpu.processes": []}, "confirmed"),
+    (1048, {}, {"pkg.conflicts": ["verl 0.5.0 requires tensordict<=0.6.2, but tensordict 0.9.1 is installed"]}, "confirmed"),
+]
+
+
+@pytest.mark.parametrize("errno,captures,facts,want", RULE_CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(RULE_CASES)])
+def test_kb_rules(kb, errno, captures, facts, want):
+    e = kb.get(errno)
+    if e is None or not e.checks:
+        pytest.skip(f"{errno} has no rules in this checkout")
+    names = {*e.probes, *(c.probe for c in e.checks), *(c.against for c in e.checks if c.against)}
+    all_facts = {n: Fact(n, known=False, reason="not probed in this test") for n in names}
+    all_facts.update({n: F(n, v) for n, v in facts.items()})
+    v = decide(e, captures, all_facts)
+    assert v.verdict == want, v.reasons
+
+
+def test_every_catalog_code_with_probes_has_a_rule_case():
+    if not CATALOG.is_file():
+        pytest.skip(f"{CATALOG} is not in this checkout")
+    codes = {c["errno"] for c in yaml.safe_load(CATALOG.read_text())["codes"] if c.get("probes")}
+    assert codes <= {c[0] for c in RULE_CASES}
