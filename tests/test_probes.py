@@ -347,3 +347,19 @@ def test_the_data_file_the_error_names_wins(tmp_path):
     missing = tmp_path / "val.parquet"
     v = run("data.file", Context(data=str(good), captures={"path": str(missing)})).value
     assert v["path"] == str(missing) and v["exists"] is False and v["parquet"] is None
+
+
+def test_a_hung_backend_is_given_up_on_once():
+    calls = []
+
+    def hang():
+        calls.append(1)
+        time.sleep(5)
+
+    from errmap.probes.base import Unknown
+
+    t0 = time.monotonic()
+    for _ in range(3):
+        with pytest.raises(Unknown, match="did not answer"):
+            backends._once("test-hang", hang, timeout=0.2)
+    assert time.monotonic() - t0 < 1.5 and calls == [1]

@@ -24,17 +24,36 @@ _lock = threading.RLock()
 _cache: dict[str, Any] = {}
 
 
-def _once(key: str, load):
-    """Load once; a failure is remembered as an Unknown with its reason."""
+LOAD_TIMEOUT = 30.0  # a hung driver or a slow `import torch` is given up on once, not once per probe
+_loading: dict[str, threading.Event] = {}
+
+
+def _once(key: str, load, timeout: float = LOAD_TIMEOUT):
+    """Load once, in a thread with a timeout; a failure or a hang is remembered as an Unknown."""
     with _lock:
-        if key not in _cache:
+        done = _loading.get(key)
+        starter = done is None
+        if starter:
+            done = _loading[key] = threading.Event()
+
+    if starter:
+        def target() -> None:
             try:
-                _cache[key] = ("ok", load())
+                result = ("ok", load())
             except Unknown as exc:
-                _cache[key] = ("unknown", str(exc))
+                result = ("unknown", str(exc))
             except Exception as exc:
-                _cache[key] = ("unknown", f"{type(exc).__name__}: {exc}"[:300])
-        state, value = _cache[key]
+                result = ("unknown", f"{type(exc).__name__}: {exc}"[:300])
+            with _lock:
+                _cache.setdefault(key, result)
+            done.set()
+
+        threading.Thread(target=target, name=f"load {key}", daemon=True).start()
+    if not done.wait(timeout):
+        with _lock:
+            _cache.setdefault(key, ("unknown", f"{key} did not answer within {timeout:g}s"))
+            done.set()
+    state, value = _cache[key]
     if state == "unknown":
         raise Unknown(value)
     return value
@@ -44,6 +63,7 @@ def reset() -> None:
     """Forget loaded backends (tests)."""
     with _lock:
         _cache.clear()
+        _loading.clear()
 
 
 # ---------------------------------------------------------------- torch

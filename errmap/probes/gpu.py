@@ -11,6 +11,8 @@ import os
 from errmap.probes import backends as b
 from errmap.probes.base import Unknown, probe, via
 
+GPU_TIMEOUT = 45.0  # room for one slow torch import (backends.LOAD_TIMEOUT) and the fallbacks after it
+
 MIB = 1 << 20
 
 
@@ -19,7 +21,7 @@ def _torch_gpus():
     return t, range(t.cuda.device_count())
 
 
-@probe("gpu.count")
+@probe("gpu.count", timeout=GPU_TIMEOUT)
 def gpu_count(ctx):
     def by_torch():
         t, idx = _torch_gpus()
@@ -44,7 +46,7 @@ def gpu_count(ctx):
         raise
 
 
-@probe("gpu.names")
+@probe("gpu.names", timeout=GPU_TIMEOUT)
 def gpu_names(ctx):
     def by_torch():
         t, idx = _torch_gpus()
@@ -91,13 +93,13 @@ def capabilities() -> tuple[list[float], str]:
     return b.gather(by_torch, by_nvml, by_libcuda, by_smi)
 
 
-@probe("gpu.capability")
+@probe("gpu.capability", timeout=GPU_TIMEOUT)
 def gpu_capability(ctx):
     caps, how = capabilities()
     return via(caps, how)
 
 
-@probe("gpu.bf16")
+@probe("gpu.bf16", timeout=GPU_TIMEOUT)
 def gpu_bf16(ctx):
     """Native bfloat16 needs compute capability 8.0 (Ampere) or newer; ROCm builds ask torch."""
     try:
@@ -110,7 +112,7 @@ def gpu_bf16(ctx):
     return via([c >= 8.0 for c in caps], f"compute capability >= 8.0 ({how})")
 
 
-@probe("gpu.memory")
+@probe("gpu.memory", timeout=GPU_TIMEOUT)
 def gpu_memory(ctx):
     """Total, free and used memory of each visible GPU, in MiB (NVML and nvidia-smi need no context)."""
 
@@ -143,7 +145,7 @@ def gpu_memory(ctx):
     return b.gather(by_nvml, by_smi, by_torch)
 
 
-@probe("gpu.processes")
+@probe("gpu.processes", timeout=GPU_TIMEOUT)
 def gpu_processes(ctx):
     """Processes holding memory on the visible GPUs (other than this one), with MiB used."""
 
@@ -180,7 +182,7 @@ def gpu_processes(ctx):
     return b.gather(by_nvml, by_smi)
 
 
-@probe("gpu.shared_memory")
+@probe("gpu.shared_memory", timeout=GPU_TIMEOUT)
 def gpu_shared_memory(ctx):
     """Opt-in shared memory per block of each visible GPU, in bytes: the limit Triton compares with."""
 

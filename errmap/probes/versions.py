@@ -43,7 +43,7 @@ def _cuda_from_int(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-@probe("driver.version")
+@probe("driver.version", timeout=20)
 def driver_version(ctx):
     def by_nvml():
         return via(b._text(b.nvml().nvmlSystemGetDriverVersion()), "nvml")
@@ -67,7 +67,7 @@ def driver_version(ctx):
     return b.gather(by_nvml, by_smi, by_proc)
 
 
-@probe("driver.cuda_version")
+@probe("driver.cuda_version", timeout=20)
 def driver_cuda_version(ctx):
     """The highest CUDA version the installed driver supports (nvidia-smi's 'CUDA Version')."""
 
@@ -105,7 +105,7 @@ def torch_cuda_build(ctx):
     return via(bool(info.get("cuda") or info.get("hip")), "torch/version.py")
 
 
-@probe("torch.arch_list", timeout=30)
+@probe("torch.arch_list", timeout=45)
 def torch_arch_list(ctx):
     """The sm_XY/compute_XY targets compiled into torch (torch.cuda.get_arch_list needs no GPU here)."""
     t = b.torch()
@@ -138,7 +138,7 @@ def _covers(arch_list: list[str], cap: float) -> bool:
     return False
 
 
-@probe("torch.gpu_supported", timeout=30)
+@probe("torch.gpu_supported", timeout=45)
 def torch_gpu_supported(ctx):
     """For each visible GPU, whether torch's compiled architectures can run on it."""
     from errmap.probes.gpu import capabilities
@@ -151,7 +151,7 @@ def torch_gpu_supported(ctx):
     return via([_covers(arch, c) for c in caps], f"torch arch list vs compute capability ({how})")
 
 
-@probe("torch.cxx11_abi", timeout=30)
+@probe("torch.cxx11_abi", timeout=45)
 def torch_cxx11_abi(ctx):
     t = b.torch()
     return via(bool(t.compiled_with_cxx11_abi()), "torch.compiled_with_cxx11_abi()")
@@ -222,7 +222,7 @@ def pkg_conflicts(ctx):
     return via(out, "package metadata")
 
 
-@probe("nccl.version", timeout=30)
+@probe("nccl.version", timeout=45)
 def nccl_version(ctx):
     def by_torch():
         t = b.torch()
