@@ -160,7 +160,9 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
 
             shown = [f"{k}={short(v['value'], 80)}" if "value" in v else f"{k}=unknown" for k, v in d["facts"].items()]
             con.print(f"   [dim]facts: {escape('; '.join(shown))}[/]")
+    more = d["docs"] or f"errmap explain {d['errno']}"
     if brief:
+        con.print(f"   [dim]more: {escape(more)}[/]")
         return
     con.print(f"   [bold]Cause[/]  {escape(d['cause'])}")
     con.print("   [bold]Fix[/]")
@@ -171,7 +173,6 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
         con.print(f"     [dim]… {len(d['fix']) - len(steps)} more steps: errmap explain {d['errno']}[/]")
     for link in d["links"][:3]:
         con.print(f"   [dim]{link['kind']:<6}[/] {escape(link['url'])}  [dim]{escape(link['title'])}[/]")
-    more = d["docs"] or f"errmap explain {d['errno']}"
     con.print(f"   [dim]more:[/] {escape(more)}")
 
 
