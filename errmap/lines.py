@@ -25,7 +25,11 @@ _PREFIX = regex.compile(
     r"|\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"
     # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] " (torch 2.x
     # prints no thread id, torch.distributed's Python logger no bracket: "W1202 11:18:34.86 26072 x.py:874] ")
-    r"|\[?(?P<glevel>[IWEF])(?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)(?: +\d+)? [^\]\s]+\]\s*"
+    # Months before October print three digits ("[E314 14:33:45.17 ...]"); old torch no time ("[E ProcessGroupNCCL.cpp:737] ").
+    r"|\[?(?P<glevel>[IWEF])(?P<time>\d{3,4} \d\d:\d\d:\d\d\.\d+)(?: +\d+)? [^\]\s]+\]\s*"
+    r"|\[(?P<glevel>[IWEF]) [\w.]+:\d+\]\s*"
+    # NCCL: "host:pid:tid [dev] " (the "NCCL WARN ..." after it stays: anchors read it)
+    r"|(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] "
     # Ray's C++ logs: "[2023-04-09 07:23:59,445 E 395 395] " (then "(raylet) node_manager.cc:1: ...")
     r"|\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) (?P<glevel>[IWEF]) \d+ \d+\]\s*"
     # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] "

@@ -122,3 +122,11 @@ def test_peel_python_glog_and_ray_cpp_prefixes():
     assert line.level == "WARNING" and line.text == "careful"
     line = peel("f", 1, "[2023-04-09 07:23:59,445 E 395 395] (raylet) node_manager.cc:1: worker died")
     assert (line.level, line.actor, line.text) == ("ERROR", "raylet", "node_manager.cc:1: worker died")
+
+
+def test_peel_more_launcher_prefixes():
+    assert peel("f", 1, "[E314 14:33:45.172185860 ProcessGroupNCCL.cpp:607] boom").text == "boom"
+    line = peel("f", 1, "[E ProcessGroupNCCL.cpp:737] boom")
+    assert (line.level, line.text) == ("ERROR", "boom")
+    line = peel("f", 1, "node7:2841:2903 [0] NCCL WARN Cuda failure 'out of memory'")
+    assert (line.host, line.pid, line.text) == ("node7", 2841, "NCCL WARN Cuda failure 'out of memory'")
