@@ -173,15 +173,18 @@ def test_follow_counts_each_line_once_through_rotation_and_truncation(tmp_path):
         [sys.executable, "-m", "errmap", "watch", "--follow", str(log), "--kb", USER_KB, "--format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
     )
-    first = ""
-    while "waiting for" not in first:  # errmap is up before the file exists
-        first = watcher.stderr.readline().decode()
-        assert first, "watch ended before waiting for the file"
-    writer = subprocess.run([sys.executable, "-c", WRITER, str(log), str(n)], timeout=120)
-    assert writer.returncode == 0
-    time.sleep(1.5)
-    watcher.send_signal(signal.SIGINT)
-    out, err = watcher.communicate(timeout=60)
+    try:
+        first = ""
+        while "waiting for" not in first:  # errmap is up before the file exists
+            first = watcher.stderr.readline().decode()
+            assert first, "watch ended before waiting for the file"
+        writer = subprocess.run([sys.executable, "-c", WRITER, str(log), str(n)], timeout=120)
+        assert writer.returncode == 0
+        time.sleep(1.5)
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
     assert watcher.returncode == 130, err.decode()
     doc = json.loads(out)
     counts = {d["captures"]["n"]: d["count"] for d in doc["diagnoses"] if d["errno"] == 9001}
