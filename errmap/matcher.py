@@ -30,6 +30,13 @@ GENERIC = regex.compile(
 )
 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
+_GENERIC_ONLY = {-1}
+_SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(", b"terminate called after", b"Fatal Python error")
+
+
+def _failure_shaped(raw: bytes) -> bool:
+    """A cheap necessary condition for GENERIC: a type followed by ':' or '(', or a bare type at the end."""
+    return any(x in raw for x in _SHAPES) or raw.rstrip().endswith((b"Error", b"Exception"))
 
 
 @dataclass(slots=True)
@@ -156,6 +163,8 @@ class Scanner:
             lineno += block.count(b"\n", pos, s)
             pos = s
             raw = block[s:e]
+            if ids == _GENERIC_ONLY and not _failure_shaped(raw):
+                continue  # "Error" inside a word or a metric name: no exception line, skip the decoding
             if b"\x1b" in raw:  # colours are stripped per candidate line: cheap, and literals sit inside messages
                 raw = ANSI.sub(b"", raw)
             raw = raw.decode("utf-8", "replace").replace("\x00", "")
