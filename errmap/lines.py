@@ -32,8 +32,9 @@ _PREFIX = regex.compile(
     r"|(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] "
     # Ray's C++ logs: "[2023-04-09 07:23:59,445 E 395 395] " (then "(raylet) node_manager.cc:1: ...")
     r"|\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) (?P<glevel>[IWEF]) \d+ \d+\]\s*"
-    # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] "
-    r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?[ |:-]*"
+    # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] ",
+    # SGLang's "[2025-03-01 10:00:00 TP0] " (parallel ranks after the time)
+    r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: [A-Z]{2}\d+)*\]?[ |:-]*"
     # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " (before 0.8 without the
     # "[": "ERROR 12-02 08:41:31 engine.py:135] ") and "WARNING:root:"
     r"|(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
@@ -90,5 +91,6 @@ def peel(path: str, lineno: int, raw: str, cut: bool = False) -> Line:
             level = max(levels)[1]
             line.level = _LEVELS.get(level, level)
         text = text[m.end():]
-    line.text = text
+    # Indented lines (torchrun's failure summary, pip's build output) match as if unindented.
+    line.text = text.lstrip()
     return line

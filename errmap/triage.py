@@ -111,7 +111,9 @@ class Triage:
                     inc.cause = r
                     r.consequences.append(inc)
                     break
-        top = [i for i in roots if i.cause is None]
+        # A failure printed only inside INFO/WARNING records (a skipped step) ranks after failures
+        # printed as errors; otherwise the earliest comes first.
+        top = sorted((i for i in roots if i.cause is None), key=lambda i: (all(x.quiet for x in i.evidence), i.order))
         loose = [i for i in incidents if i.entry.role == "consequence" and i.cause is None]
         return [x for r in top for x in (r, *_descendants(r))] + loose
 

@@ -130,3 +130,8 @@ def test_peel_more_launcher_prefixes():
     assert (line.level, line.text) == ("ERROR", "boom")
     line = peel("f", 1, "node7:2841:2903 [0] NCCL WARN Cuda failure 'out of memory'")
     assert (line.host, line.pid, line.text) == ("node7", 2841, "NCCL WARN Cuda failure 'out of memory'")
+
+
+def test_peel_sglang_prefix_and_indentation():
+    assert peel("f", 1, "[2025-03-01 10:00:00 TP0] Scheduler hit an exception").text == "Scheduler hit an exception"
+    assert peel("f", 1, "  torch.OutOfMemoryError: CUDA out of memory.").text == "torch.OutOfMemoryError: CUDA out of memory."
