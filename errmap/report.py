@@ -170,8 +170,8 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     for i, step in enumerate(steps, 1):
         con.print(f"     {i}. {escape(step)}")
     if len(steps) < len(d["fix"]):
-        more = len(d["fix"]) - len(steps)
-        con.print(f"     [dim]… {more} more step{'s' if more > 1 else ''}: errmap explain {d['errno']}[/]")
+        left = len(d["fix"]) - len(steps)
+        con.print(f"     [dim]… {left} more step{'s' if left > 1 else ''}: errmap explain {d['errno']}[/]")
     for link in d["links"][:3]:
         con.print(f"   [dim]{link['kind']:<6}[/] {escape(link['url'])}  [dim]{escape(link['title'])}[/]")
     con.print(f"   [dim]more:[/] {escape(more)}")
