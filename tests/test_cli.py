@@ -32,8 +32,8 @@ def test_scan_reports_1012_with_both_numbers(tmp_path):
     log = write(tmp_path, "train.log", "step 1\n" + TRITON)
     proc = errmap("scan", str(log))
     out = proc.stdout.decode()
-    assert proc.returncode == 1
-    assert "1012" in out and "81920" in out and "49152" in out
+    assert proc.returncode == 1 and b"Traceback" not in proc.stderr, proc.stderr.decode()
+    assert "1012" in out and "81920" in out and "49152" in out and "more step" in out
 
 
 def test_json_contract(tmp_path):
