@@ -14,12 +14,14 @@ CATALOG = ROOT.parent / "shared" / "catalog.yaml"
 
 
 def errmap(*args: str, input: bytes | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The real CLI in a subprocess, as a user runs it."""
-    return subprocess.run(
+    """The real CLI in a subprocess, as a user runs it; whatever it is given, it never shows a traceback."""
+    proc = subprocess.run(
         [sys.executable, "-m", "errmap", *args],
         input=input, capture_output=True, timeout=timeout, cwd=ROOT,
         env={**os.environ, "COLUMNS": "120", **(env or {})},
     )
+    assert b"Traceback (most recent call last)" not in proc.stderr, proc.stderr.decode(errors="replace")
+    return proc
 
 
 def scan_json(*paths: str | Path, env: dict | None = None) -> dict:
