@@ -17,6 +17,7 @@ import platform
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -82,10 +83,13 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, cap: float | None =
     """Wall seconds and peak RSS in KB, via GNU time; (None, 0) when it ran past `cap` seconds."""
     with tempfile.NamedTemporaryFile("r") as t:
         t0 = time.perf_counter()
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", t.name, *cmd], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}, start_new_session=True)
         try:
-            subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name, *cmd], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=False, env={**os.environ, **(env or {})}, timeout=cap)
+            proc.wait(timeout=cap)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the measured command too, not only GNU time
+            proc.wait()
             return None, 0
         wall = time.perf_counter() - t0
         rss = int(t.read().strip().splitlines()[-1])
