@@ -210,7 +210,7 @@ def main() -> None:
         for engine in engines:
             e = r[engine]
             print(f"{r['size_gb']:>8} {engine:>12} {e['errmap_s']:>9} {r['rg_literals_s']:>8} {e['ratio_to_rg_literals']:>6} {e['mb_per_s']:>6} {e['s_per_gb']:>6} {e['peak_mb']:>8}")
-    print(f"rg -f with {result['rg_patterns']}, on the first size: {rows[0].get('rg_regex_s')} s")
+    print(f"rg -f with {result['rg_patterns']}, on the first size: {rows[0].get('rg_regex_s')}")
     w = result["watch_latency"]
     print(f"watch latency over {w['n']} lines: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")
     for k, v in result["startup_s"].items():
