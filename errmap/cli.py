@@ -299,18 +299,15 @@ def list_cmd(fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb], indent=2))
         return
-    from rich.table import Table
-
-    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-    for col in ("errno", "slug", "title", "role"):
-        table.add_column(col)
+    con = _console()
+    width = max(len(e.slug) for e in kb)
     group = None
     for e in kb:
         if e.group != group:
             group = e.group
-            table.add_row("", f"[bold]{escape(group)}[/]", "", "")
-        table.add_row(str(e.errno), e.slug, escape(e.title), e.role)
-    _console().print(table)
+            con.print(f"\n[bold]{escape(group)}[/]")
+        role = "" if e.role == "root" else "  [dim](consequence)[/]"
+        con.print(f"  {e.errno}  {e.slug:<{width}}  {escape(e.title)}{role}")
 
 
 @main.group("kb")
