@@ -23,6 +23,19 @@ OFFICIAL_RANGE = range(1001, 1049)
 USER_RANGE = range(9000, 10000)
 PLACEHOLDER = regex.compile(r"\{(\w+)\}")
 OPTIONAL = regex.compile(r"\[\[(.*?)\]\]", flags=regex.DOTALL)
+# A leading `^` in an anchor means "where a message starts", wherever that is in the line: at a
+# non-blank character at the line's start or after a blank, a separator or a non-ASCII character
+# (so `svc-1  | `, `[pod/x] `, `3: `, a journald header, `"msg": "` or a translated preamble never
+# hide a message, while `my.RuntimeError` does not match at `RuntimeError`).
+# `^(?=` and `^(?!` stay whole-line tests.
+MESSAGE_START = r"(?:^|(?<=[\s|\])>:;,=\"\x80-\U0010ffff]))(?=\S)"
+
+
+def message_regex(pattern: str) -> str:
+    """An anchor's pattern as run: a leading `^` becomes MESSAGE_START."""
+    if pattern.startswith("^") and not pattern.startswith(("^(?=", "^(?!")):
+        return MESSAGE_START + pattern[1:]
+    return pattern
 
 
 @dataclass(frozen=True)
@@ -32,7 +45,9 @@ class Anchor:
     literal: str | list[str]
     regex: str
     source: str
-    any_level: bool = False
+    any_level: bool = False  # TEMP
+    unless: str | None = None  # a look-alike: the anchor does not count on a line this matches
+    frame: str | None = None  # the failure's traceback must hold a frame this matches
 
     @property
     def literals(self) -> list[str]:
@@ -40,7 +55,15 @@ class Anchor:
 
     @cached_property
     def compiled(self) -> regex.Pattern[str]:
-        return regex.compile(self.regex)
+        return regex.compile(message_regex(self.regex))
+
+    @cached_property
+    def guard(self) -> regex.Pattern[str] | None:
+        return regex.compile(self.unless) if self.unless else None
+
+    @cached_property
+    def frames(self) -> regex.Pattern[str] | None:
+        return regex.compile(self.frame) if self.frame else None
 
     @property
     def groups(self) -> set[str]:
@@ -261,7 +284,7 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
     return problems
 
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:

@@ -1,8 +1,9 @@
 """Lines: ANSI stripping and the prefixes that launchers put before each line.
 
 Only candidate lines (those the prefilter picked) are decoded and peeled, so this stays off the
-hot path. Peeling turns `(WorkerDict pid=123, ip=10.0.0.1) [rank3]:[E1202 10:00:00.1 7 x.cpp:9] msg`
-into `msg` plus the fields a diagnosis reports: actor, pid, host, rank, level.
+hot path. Peeling records what a prefix says: `(WorkerDict pid=123, ip=10.0.0.1) [rank3]:[E1202
+10:00:00.1 7 x.cpp:9] msg` gives actor, pid, host, rank, level and time. It never gates matching:
+anchors find a message wherever it starts (kb.MESSAGE_START), after prefixes peeling does not know.
 """
 
 from __future__ import annotations
@@ -19,8 +20,16 @@ ANSI = regex.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 # repetition's captures).
 _PREFIX = regex.compile(
     r"(?:"
+    # docker compose "svc-1  | ", kubectl --prefix "[pod/trainer-0/main] ", slurm srun -l "3: "
+    r"(?P<host>[\w.-]+) +\| "
+    r"|\[?pod/(?P<host>[^/\]\s]+)(?:/[^\]\s]+)?\]? "
+    r"|(?P<rank>\d{1,5}): "
+    # journald / syslog: "Dec 02 10:00:01 node1 python[123]: "
+    r"|(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) (?P<actor>[\w.@/-]+)\[(?P<pid>\d+)\]: "
+    # a time of day, bracketed: "[16:10:33] ", SGLang's "[12-16 14:27:10] ", "[12-16 14:27:10 TP0] "
+    r"|\[(?P<time>(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?)(?: [A-Z]{2}\d+)*\]\s*"
     # Ray: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=123)", "(raylet)", "(TaskRunner pid=9, ip=h, actor_id=..)"
-    r"\((?:(?P<actor>[A-Za-z_][\w.:-]*)(?: pid=(?P<pid>\d+))?|pid=(?P<pid>\d+))(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)\s*"
+    r"|\((?:(?P<actor>[A-Za-z_][\w.:-]*)(?: pid=(?P<pid>\d+))?|pid=(?P<pid>\d+))(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)\s*"
     # torchrun / torch.distributed: "[rank3]:", "[Rank 3]:", "[default3]:"
     r"|\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"
     # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] " (torch 2.x
@@ -37,10 +46,15 @@ _PREFIX = regex.compile(
     r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: [A-Z]{2}\d+)*\]?[ |:-]*"
     # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " (before 0.8 without the
     # "[": "ERROR 12-02 08:41:31 engine.py:135] ") and "WARNING:root:"
-    r"|(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
+    # (a job runner's "stdout/INFO  ")
+    r"|(?:std(?:out|err)/)?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
     r"(?: \[[^\]]*\]| [\w.-]+:\d+\])?(?::[\w.]*:|:| -| \|)?\s+"
     r")*"
 )
+# SGR colour codes whose ESC byte was lost in a paste: "[33m", "[1;31m", "[0m".
+_LOST_SGR = regex.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m(?!\])")
+# A traceback's quoted source line, `raise ValueError("No available memory ... "`, reads as the message it raises.
+_RAISE = regex.compile(r"""raise (?P<type>[\w.]+)\(\s*[fbr]?(?P<q>["'])(?P<message>.*?)(?:(?P=q)\s*\)?)?\s*$""")
 _REPEATED = regex.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL", "WARN": "WARNING"}
 QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
@@ -65,8 +79,13 @@ class Line:
 
     @property
     def quiet(self) -> bool:
-        """Printed as a DEBUG/INFO/WARNING record: not a failure unless an anchor says so."""
+        """Printed as a DEBUG/INFO/WARNING record: an unknown exception there was likely handled."""
         return self.level in QUIET_LEVELS
+
+    @property
+    def frame(self) -> bool:
+        """A traceback's frame line: evidence of where a failure happened, not of what it was."""
+        return self.text.startswith('File "')
 
 
 def peel(path: str, lineno: int, raw: str, cut: bool = False) -> Line:
@@ -75,6 +94,8 @@ def peel(path: str, lineno: int, raw: str, cut: bool = False) -> Line:
     if "[repeated" in text and (rep := _REPEATED.search(text)) is not None:
         line.repeat = int(rep[1])
         text = text[: rep.start()]
+    if "m" in text and "[" in text:
+        text = _LOST_SGR.sub("", text)
     m = _PREFIX.match(text)
     if m.end():
         caps = m.capturesdict()
@@ -92,5 +113,8 @@ def peel(path: str, lineno: int, raw: str, cut: bool = False) -> Line:
             line.level = _LEVELS.get(level, level)
         text = text[m.end():]
     # Indented lines (torchrun's failure summary, pip's build output) match as if unindented.
-    line.text = text.lstrip()
+    text = text.lstrip()
+    if text.startswith("raise ") and (r := _RAISE.match(text)) is not None:
+        text = f"{r['type']}: {r['message']}"
+    line.text = text
     return line

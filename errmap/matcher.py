@@ -8,6 +8,7 @@ anchors' full patterns there. Line numbers come from counting newlines in the sk
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -21,17 +22,35 @@ MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their st
 REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
 
 # Lines that look like a failure even when no anchor knows them: the last line of a Python
-# traceback, a C++ terminate, a fatal interpreter error.
-GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Python error"]
+# traceback, a C++ terminate, a fatal interpreter error, a process killed by a signal (as the shell,
+# the interpreter or torchrun reports it), a compiler's fatal error, a tool's "name: ERROR" line.
+GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Python error", "core dumped",
+                    "Segmentation fault", "Bus error", "Illegal instruction", "Received signal", ") received by PID",
+                    "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: "]
 GENERIC = regex.compile(
     r"^(?:(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?(?::\s?(?P<message>.*))?"
     r"|(?P<type>terminate) called after throwing an instance of '(?P<message>[^']+)'.*"
-    r"|(?P<type>Fatal Python error): (?P<message>.*))$"
+    r"|(?P<type>Fatal Python error): (?P<message>.*)"
+    r"|(?:.*?: line \d+: +\d+ )?(?P<type>Segmentation fault|Bus error|Illegal instruction|Aborted|Floating point exception)"
+    r"(?P<message>(?: +\(core dumped\))?.*)"
+    r"|(?P<type>Signal \d+ \(SIG[A-Z]+\)) received by PID (?P<message>\d+)"
+    r"|\*\*\* (?P<type>Received signal \d+) \*\*\*(?P<message>.*)"
+    r"|\S+:\d+:(?:\d+:)? (?P<type>fatal error): (?P<message>.*)"
+    r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+)"
+    r"|.*?\b(?P<type>CUDA error|HIP error): (?P<message>.+))$"
 )
+# A traceback's frame line, and what marks the start of one (IPython's names the type first).
+FRAME = regex.compile(r'File "(?P<file>[^"]+)", line \d+, in (?P<func>\S+)')
+TRACEBACK = regex.compile(r"(?:(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Interrupt))\s+)?Traceback \(most recent call last\)")
+FRAME_LITERAL, TRACEBACK_LITERAL = b'File "', b"Traceback (most recent call last)"
+FRAME_WINDOW = 200  # lines: a frame rule looks this far back for the failure's traceback
 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
-_GENERIC_ONLY = {-1}
-_SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(", b"terminate called after", b"Fatal Python error")
+_GENERIC, _FRAME, _TRACEBACK = -1, -2, -3
+_GENERIC_ONLY = {_GENERIC}
+_SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(", b"terminate called after", b"Fatal Python error",
+           b"core dumped", b"Segmentation fault", b"Bus error", b"Illegal instruction", b"Received signal",
+           b") received by PID", b"fatal error:", b": ERROR ", b"CUDA error: ", b"HIP error: ")
 
 
 def _failure_shaped(raw: bytes) -> bool:
@@ -72,7 +91,9 @@ class Matcher:
             for lit in anchor.literals:
                 literals.setdefault(lit.encode(), set()).add(i)
         for lit in GENERIC_LITERALS:
-            literals.setdefault(lit.encode(), set()).add(-1)
+            literals.setdefault(lit.encode(), set()).add(_GENERIC)
+        literals.setdefault(FRAME_LITERAL, set()).add(_FRAME)
+        literals.setdefault(TRACEBACK_LITERAL, set()).add(_TRACEBACK)
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
         self.prefilter = build(self.literals)
@@ -80,23 +101,29 @@ class Matcher:
     def scanner(self, path: str) -> Scanner:
         return Scanner(self, path)
 
-    def match_line(self, line: Line, candidates: set[int]) -> list[Event]:
-        """Stage two: the full patterns of the anchors whose literals occur in this line."""
+    def match_line(self, line: Line, candidates: set[int], frames: list[str] = ()) -> list[Event]:
+        """Stage two: the full patterns of the anchors whose literals occur in this line, whatever
+        its level; an anchor's guard (`unless`) and frame rule (`frame`, over `frames`: the recent
+        traceback frames as 'path:function  source') must agree too."""
         events: list[Event] = []
         seen: set[int] = set()
-        for i in sorted(candidates - {-1}):
+        for i in sorted(c for c in candidates if c >= 0):
             entry, anchor = self.anchors[i]
-            if entry.errno in seen or (line.quiet and not anchor.any_level):
+            if entry.errno in seen:
                 continue
             try:
                 m = anchor.compiled.search(line.text, timeout=REGEX_TIMEOUT)
+                if m is not None and anchor.guard is not None and anchor.guard.search(line.text, timeout=REGEX_TIMEOUT):
+                    continue
             except TimeoutError:
+                continue
+            if m is not None and anchor.frames is not None and not any(anchor.frames.search(f) for f in frames):
                 continue
             if m is not None:
                 seen.add(entry.errno)
                 caps = {k: v for k, v in m.groupdict().items() if v is not None}
                 events.append(Match(entry, anchor, line, caps))
-        if not events and -1 in candidates and not line.quiet:
+        if not events and _GENERIC in candidates and not line.quiet:
             try:
                 g = GENERIC.match(line.text, timeout=REGEX_TIMEOUT)
             except TimeoutError:
@@ -118,6 +145,8 @@ class Scanner:
     lines_cut: int = 0
     _carry: bytes = b""
     _skipping: bool = field(default=False, repr=False)
+    _frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=64), repr=False)
+    _open: Line | None = field(default=None, repr=False)  # a traceback header no failure line has followed yet
 
     def feed(self, chunk: bytes) -> list[Event]:
         events: list[Event] = []
@@ -141,9 +170,16 @@ class Scanner:
         return events
 
     def finish(self) -> list[Event]:
-        """End of input: the last line may lack its newline."""
+        """End of input: the last line may lack its newline; a traceback cut before its exception
+        line is still a failure."""
         rest, self._carry = self._carry, b""
-        return self._scan(rest) if rest else []
+        events = self._scan(rest) if rest else []
+        if self._open is not None:
+            t = TRACEBACK.match(self._open.text)
+            events.append(Unrecognized(self._open, (t and t["type"]) or "Traceback",
+                                       "the log ends inside a traceback, before its exception line"))
+            self._open = None
+        return events
 
     def _scan(self, block: bytes, cut: bool = False) -> list[Event]:
         """Match a block of whole lines (or one cut line) and advance the line count."""
@@ -167,8 +203,18 @@ class Scanner:
                 continue  # "Error" inside a word or a metric name: no exception line, skip the decoding
             if b"\x1b" in raw:  # colours are stripped per candidate line: cheap, and literals sit inside messages
                 raw = ANSI.sub(b"", raw)
-            raw = raw.decode("utf-8", "replace").replace("\x00", "")
-            events += m.match_line(peel(self.path, lineno, raw, cut), ids)
+            line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
+            if _FRAME in ids and (f := FRAME.match(line.text)) is not None:
+                # the quoted source line below a frame belongs to it: "path:function  source"
+                nxt = block[e + 1: block.find(b"\n", e + 1) if block.find(b"\n", e + 1) >= 0 else len(block)]
+                self._frames.append((lineno, f"{f['file']}:{f['func']}  {nxt.decode('utf-8', 'replace').strip()}"))
+            elif _TRACEBACK in ids and TRACEBACK.match(line.text):
+                self._open = line
+            frames = [f for n, f in self._frames if n >= lineno - FRAME_WINDOW]
+            found = m.match_line(line, ids, frames)
+            if found:
+                self._open = None
+            events += found
         if not cut:
             self.lineno = lineno + block.count(b"\n", pos)
         return events

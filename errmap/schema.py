@@ -39,17 +39,21 @@ class Anchor(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     literal: str | list[str] = Field(description="substring(s) of the raw line; one must occur")
-    regex: str = Field(description="pattern run on the line without its rank/Ray prefix")
+    regex: str = Field(description="pattern searched in the line; a leading ^ means where a message starts")
     source: str = Field(min_length=3, description="where the message comes from: upstream file or issue URL")
-    any_level: bool = Field(default=False, description="also match inside INFO/WARNING records")
+    any_level: bool = False  # TEMP
+    unless: str | None = Field(default=None, description="a look-alike: no match on a line this pattern finds")
+    frame: str | None = Field(default=None, description="a frame ('path:function  source line') of the failure's traceback must match")
 
     @property
     def literals(self) -> list[str]:
         return [self.literal] if isinstance(self.literal, str) else list(self.literal)
 
-    @field_validator("regex")
+    @field_validator("regex", "unless", "frame")
     @classmethod
-    def _compiles(cls, value: str) -> str:
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         try:
             regex.compile(value)
         except regex.error as exc:

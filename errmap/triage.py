@@ -111,9 +111,11 @@ class Triage:
                     inc.cause = r
                     r.consequences.append(inc)
                     break
-        # A failure printed only inside INFO/WARNING records (a skipped step) ranks after failures
-        # printed as errors; otherwise the earliest comes first.
-        top = sorted((i for i in roots if i.cause is None), key=lambda i: (all(x.quiet for x in i.evidence), i.order))
+        # A failure known only from a traceback's frames (its message line cut) ranks after failures
+        # whose message was read, one printed only inside INFO/WARNING records (a skipped step) after
+        # failures printed as errors; otherwise the earliest comes first.
+        top = sorted((i for i in roots if i.cause is None),
+                     key=lambda i: (all(x.frame for x in i.evidence), all(x.quiet for x in i.evidence), i.order))
         loose = [i for i in incidents if i.entry.role == "consequence" and i.cause is None]
         return [x for r in top for x in (r, *_descendants(r))] + loose
 

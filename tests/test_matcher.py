@@ -41,9 +41,11 @@ def test_ansi_and_prefixes_are_peeled(m):
     assert e.captures == {"n": "4"}
 
 
-def test_quiet_levels_do_not_count(m):
+def test_the_level_does_not_decide_what_a_failure_is(m):
     data = b"WARNING 05-09 17:35:49 [x.py:1] errmap-test-marker 1\nERROR 05-09 17:35:49 [x.py:1] errmap-test-marker 2\n"
-    assert markers(events(m, data)) == [(2, "2")]
+    assert markers(events(m, data)) == [(1, "1"), (2, "2")]
+    # an exception no anchor knows, logged at WARNING, was handled: not an unrecognized failure
+    assert events(m, b"WARNING 05-09 17:35:49 [x.py:1] MyCustomError: retrying\n") == []
 
 
 def test_invalid_utf8_and_nul_bytes(m):
