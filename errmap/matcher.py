@@ -31,7 +31,7 @@ GENERIC = regex.compile(
     r"^(?:(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?(?::\s?(?P<message>.*))?"
     r"|(?P<type>terminate) called after throwing an instance of '(?P<message>[^']+)'.*"
     r"|(?P<type>Fatal Python error): (?P<message>.*)"
-    r"|(?:.*?: line \d+: +\d+ )?(?P<type>Segmentation fault|Bus error|Illegal instruction|Aborted|Floating point exception)"
+    r"|(?:\S+: (?:line \d+: +)?\d+ +)?(?P<type>Segmentation fault|Bus error|Illegal instruction|Aborted|Floating point exception)"
     r"(?P<message>(?: +\(core dumped\))?.*)"
     r"|(?P<type>Signal \d+ \(SIG[A-Z]+\)) received by PID (?P<message>\d+)"
     r"|\*\*\* (?P<type>Received signal \d+) \*\*\*(?P<message>.*)"
