@@ -250,8 +250,13 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     section()
     for a in e.anchors:
         lits = " or ".join(_code(lit) for lit in a.literals)
+        rules = "".join(
+            f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
+            for label, value in (("only inside a traceback with a frame matching", a.frame), ("not on a line matching", a.unless))
+            if value
+        )
         out.append(f"- {lits}, printed by {_source(a.source)}<br>"
-                   f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>')
+                   f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>{rules}')
     out.append("")
 
     section()

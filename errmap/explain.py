@@ -166,6 +166,10 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     for a in e.anchors:
         con.print(f"  [cyan]{escape(' | '.join(a.literals))}[/]  [dim]{escape(a.source)}[/]")
         con.print(f"    [dim]pattern[/] {escape(a.regex)}")
+        if a.frame:
+            con.print(f"    [dim]only inside a traceback with a frame matching[/] {escape(a.frame)}")
+        if a.unless:
+            con.print(f"    [dim]not on a line matching[/] {escape(a.unless)}")
     section()
     con.print(f"  {escape(e.fill(e.cause))}")
     section()

@@ -156,3 +156,11 @@ def test_a_real_segfault_is_an_unrecognized_failure(flags, kind):
 )
 def test_a_nan_metric_is_a_diverged_run(matcher, line, found):
     assert (codes(matcher, line + "\n") == [1045]) is found
+
+
+def test_explain_and_docs_show_frame_rules_and_guards(kb, matcher):
+    from errmap.docs import errno_page
+
+    assert "only inside a traceback with a frame matching" in errmap("explain", "1033").stdout.decode()
+    assert "not on a line matching" in errmap("explain", "1012").stdout.decode()
+    assert "only inside a traceback with a frame matching" in errno_page(kb.entries[1033], kb, matcher, None)
