@@ -20,16 +20,8 @@ ANSI = regex.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 # repetition's captures).
 _PREFIX = regex.compile(
     r"(?:"
-    # docker compose "svc-1  | ", kubectl --prefix "[pod/trainer-0/main] ", slurm srun -l "3: "
-    r"(?P<host>[\w.-]+) +\| "
-    r"|\[?pod/(?P<host>[^/\]\s]+)(?:/[^\]\s]+)?\]? "
-    r"|(?P<rank>\d{1,5}): "
-    # journald / syslog: "Dec 02 10:00:01 node1 python[123]: "
-    r"|(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) (?P<actor>[\w.@/-]+)\[(?P<pid>\d+)\]: "
-    # a time of day, bracketed: "[16:10:33] ", SGLang's "[12-16 14:27:10] ", "[12-16 14:27:10 TP0] "
-    r"|\[(?P<time>(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?)(?: [A-Z]{2}\d+)*\]\s*"
     # Ray: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=123)", "(raylet)", "(TaskRunner pid=9, ip=h, actor_id=..)"
-    r"|\((?:(?P<actor>[A-Za-z_][\w.:-]*)(?: pid=(?P<pid>\d+))?|pid=(?P<pid>\d+))(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)\s*"
+    r"\((?:(?P<actor>[A-Za-z_][\w.:-]*)(?: pid=(?P<pid>\d+))?|pid=(?P<pid>\d+))(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)\s*"
     # torchrun / torch.distributed: "[rank3]:", "[Rank 3]:", "[default3]:"
     r"|\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"
     # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] " (torch 2.x
@@ -49,6 +41,16 @@ _PREFIX = regex.compile(
     # (a job runner's "stdout/INFO  ")
     r"|(?:std(?:out|err)/)?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
     r"(?: \[[^\]]*\]| [\w.-]+:\d+\])?(?::[\w.]*:|:| -| \|)?\s+"
+    # docker compose "svc-1  | ", kubectl --prefix "[pod/trainer-0/main] ", slurm srun -l "3: "
+    r"|(?P<host>[\w.-]+) +\| "
+    r"|\[?pod/(?P<host>[^/\]\s]+)(?:/[^\]\s]+)?\]? "
+    r"|(?P<rank>\d{1,5}): "
+    # journald / syslog: "Dec 02 10:00:01 node1 python[123]: "
+    r"|(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) (?P<actor>[\w.@/-]+)\[(?P<pid>\d+)\]: "
+    # torch.compile's compile id: "[0/0] ", "[3/1_1] " (torch._logging)
+    r"|\[\d+/\d+(?:_\d+)?\]\s*"
+    # a time of day, bracketed: "[16:10:33] ", SGLang's "[12-16 14:27:10] ", "[12-16 14:27:10 TP0] "
+    r"|\[(?P<time>(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?)(?: [A-Z]{2}\d+)*\]\s*"
     r")*"
 )
 # SGR colour codes whose ESC byte was lost in a paste: "[33m", "[1;31m", "[0m".
@@ -76,6 +78,7 @@ class Line:
     time: str | None = None  # the timestamp as printed
     repeat: int = 1  # Ray's "[repeated 7x across cluster]"
     cut: bool = False  # longer than the line bound; only its start was kept
+    quoted: bool = False  # a traceback's quoted `raise X("...")` source line, read as its message
 
     @property
     def quiet(self) -> bool:
@@ -116,5 +119,6 @@ def peel(path: str, lineno: int, raw: str, cut: bool = False) -> Line:
     text = text.lstrip()
     if text.startswith("raise ") and (r := _RAISE.match(text)) is not None:
         text = f"{r['type']}: {r['message']}"
+        line.quoted = True
     line.text = text
     return line

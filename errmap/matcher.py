@@ -36,12 +36,13 @@ GENERIC = regex.compile(
     r"|(?P<type>Signal \d+ \(SIG[A-Z]+\)) received by PID (?P<message>\d+)"
     r"|\*\*\* (?P<type>Received signal \d+) \*\*\*(?P<message>.*)"
     r"|\S+:\d+:(?:\d+:)? (?P<type>fatal error): (?P<message>.*)"
-    r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+)"
-    r"|.*?\b(?P<type>CUDA error|HIP error): (?P<message>.+))$"
+    r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+))$"
 )
+# A CUDA/HIP error no anchor knows, wherever it sits (NCCL's watchdog quotes it mid-line).
+GPU_ERROR = regex.compile(r"\b(?P<type>CUDA error|HIP error)(?P<inner>): (?P<message>.+)$")
 # A traceback's frame line, and what marks the start of one (IPython's names the type first).
-FRAME = regex.compile(r'File "(?P<file>[^"]+)", line \d+, in (?P<func>\S+)')
-TRACEBACK = regex.compile(r"(?:(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Interrupt))\s+)?Traceback \(most recent call last\)")
+FRAME = regex.compile(rb'File "([^"]+)", line \d+, in (\S+)')
+TRACEBACK = regex.compile(rb"(?:(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Interrupt))\s+)?Traceback \(most recent call last\)")
 FRAME_LITERAL, TRACEBACK_LITERAL = b'File "', b"Traceback (most recent call last)"
 FRAME_WINDOW = 200  # lines: a frame rule looks this far back for the failure's traceback
 
@@ -101,12 +102,13 @@ class Matcher:
     def scanner(self, path: str) -> Scanner:
         return Scanner(self, path)
 
-    def match_line(self, line: Line, candidates: set[int], frames: list[str] = ()) -> list[Event]:
+    def match_line(self, line: Line, candidates: set[int], frames: Iterable[tuple[int, str]] = ()) -> list[Event]:
         """Stage two: the full patterns of the anchors whose literals occur in this line, whatever
-        its level; an anchor's guard (`unless`) and frame rule (`frame`, over `frames`: the recent
-        traceback frames as 'path:function  source') must agree too."""
+        its level; an anchor's guard (`unless`) and frame rule (`frame`, over `frames`: traceback
+        frames as (line number, 'path:function  source'), those FRAME_WINDOW lines back) must agree too."""
         events: list[Event] = []
         seen: set[int] = set()
+        known = line.quoted  # a guarded look-alike or a quoted source line is not an unknown failure
         for i in sorted(c for c in candidates if c >= 0):
             entry, anchor = self.anchors[i]
             if entry.errno in seen:
@@ -114,18 +116,23 @@ class Matcher:
             try:
                 m = anchor.compiled.search(line.text, timeout=REGEX_TIMEOUT)
                 if m is not None and anchor.guard is not None and anchor.guard.search(line.text, timeout=REGEX_TIMEOUT):
+                    known = True
                     continue
             except TimeoutError:
                 continue
-            if m is not None and anchor.frames is not None and not any(anchor.frames.search(f) for f in frames):
+            if m is not None and anchor.frames is not None and not any(
+                n >= line.lineno - FRAME_WINDOW and anchor.frames.search(f) for n, f in frames
+            ):
                 continue
             if m is not None:
                 seen.add(entry.errno)
                 caps = {k: v for k, v in m.groupdict().items() if v is not None}
                 events.append(Match(entry, anchor, line, caps))
-        if not events and _GENERIC in candidates and not line.quiet:
+        if not events and not known and _GENERIC in candidates and not line.quiet:
             try:
                 g = GENERIC.match(line.text, timeout=REGEX_TIMEOUT)
+                if g is None and " error: " in line.text:
+                    g = GPU_ERROR.search(line.text, timeout=REGEX_TIMEOUT)
             except TimeoutError:
                 g = None
             if g is not None:
@@ -146,7 +153,7 @@ class Scanner:
     _carry: bytes = b""
     _skipping: bool = field(default=False, repr=False)
     _frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=64), repr=False)
-    _open: Line | None = field(default=None, repr=False)  # a traceback header no failure line has followed yet
+    _open: tuple[int, bytes] | None = field(default=None, repr=False)  # a traceback header no failure has followed yet
 
     def feed(self, chunk: bytes) -> list[Event]:
         events: list[Event] = []
@@ -175,9 +182,11 @@ class Scanner:
         rest, self._carry = self._carry, b""
         events = self._scan(rest) if rest else []
         if self._open is not None:
-            t = TRACEBACK.match(self._open.text)
-            events.append(Unrecognized(self._open, (t and t["type"]) or "Traceback",
-                                       "the log ends inside a traceback, before its exception line"))
+            lineno, raw = self._open
+            t = TRACEBACK.search(raw)
+            kind = t["type"].decode() if t["type"] else "Traceback"
+            line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""))
+            events.append(Unrecognized(line, kind, "the log ends inside a traceback, before its exception line"))
             self._open = None
         return events
 
@@ -203,15 +212,19 @@ class Scanner:
                 continue  # "Error" inside a word or a metric name: no exception line, skip the decoding
             if b"\x1b" in raw:  # colours are stripped per candidate line: cheap, and literals sit inside messages
                 raw = ANSI.sub(b"", raw)
-            line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
-            if _FRAME in ids and (f := FRAME.match(line.text)) is not None:
+            if _FRAME in ids and (f := FRAME.search(raw)) is not None:
                 # the quoted source line below a frame belongs to it: "path:function  source"
-                nxt = block[e + 1: block.find(b"\n", e + 1) if block.find(b"\n", e + 1) >= 0 else len(block)]
-                self._frames.append((lineno, f"{f['file']}:{f['func']}  {nxt.decode('utf-8', 'replace').strip()}"))
-            elif _TRACEBACK in ids and TRACEBACK.match(line.text):
-                self._open = line
-            frames = [f for n, f in self._frames if n >= lineno - FRAME_WINDOW]
-            found = m.match_line(line, ids, frames)
+                nl = block.find(b"\n", e + 1)
+                src = block[e + 1: nl if nl >= 0 else len(block)].strip()
+                self._frames.append((lineno, (f[1] + b":" + f[2] + b"  " + src).decode("utf-8", "replace")))
+            elif _TRACEBACK in ids and TRACEBACK.search(raw):
+                self._open = (lineno, raw)
+            if not any(i >= _GENERIC for i in ids):
+                continue  # a frame or a traceback header only: recorded, nothing to match
+            if self._open is not None and _failure_shaped(raw):
+                self._open = None  # the traceback's exception line, known or not
+            line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
+            found = m.match_line(line, ids, self._frames)
             if found:
                 self._open = None
             events += found

@@ -164,3 +164,8 @@ def test_explain_and_docs_show_frame_rules_and_guards(kb, matcher):
     assert "only inside a traceback with a frame matching" in errmap("explain", "1033").stdout.decode()
     assert "not on a line matching" in errmap("explain", "1012").stdout.decode()
     assert "only inside a traceback with a frame matching" in errno_page(kb.entries[1033], kb, matcher, None)
+
+
+def test_a_gpu_error_no_anchor_knows_is_unrecognized_mid_line(matcher):
+    (e,) = events(matcher, "[PG 0 Rank 12] Process group watchdog thread terminated with exception: CUDA error: some new fault\n")
+    assert isinstance(e, Unrecognized) and e.type == "CUDA error" and e.message == "some new fault"
