@@ -45,7 +45,6 @@ class Anchor:
     literal: str | list[str]
     regex: str
     source: str
-    any_level: bool = False  # TEMP
     unless: str | None = None  # a look-alike: the anchor does not count on a line this matches
     frame: str | None = None  # the failure's traceback must hold a frame this matches
 

@@ -41,7 +41,6 @@ class Anchor(BaseModel):
     literal: str | list[str] = Field(description="substring(s) of the raw line; one must occur")
     regex: str = Field(description="pattern searched in the line; a leading ^ means where a message starts")
     source: str = Field(min_length=3, description="where the message comes from: upstream file or issue URL")
-    any_level: bool = False  # TEMP
     unless: str | None = Field(default=None, description="a look-alike: no match on a line this pattern finds")
     frame: str | None = Field(default=None, description="a frame ('path:function  source line') of the failure's traceback must match")
 
