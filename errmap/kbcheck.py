@@ -22,6 +22,8 @@ def slow_anchors(entry: kbmod.Entry) -> list[str]:
                 t0 = time.perf_counter()
                 try:
                     anchor.compiled.search(line, timeout=REGEX_TIMEOUT)
+                    if anchor.guard is not None:
+                        anchor.guard.search(line, timeout=REGEX_TIMEOUT)
                 except TimeoutError:
                     problems.append(f"{entry.errno}-{entry.slug}: anchor {i + 1} backtracks catastrophically (over {REGEX_TIMEOUT}s on one line)")
                     break

@@ -49,9 +49,9 @@ FRAME_WINDOW = 200  # lines: a frame rule looks this far back for the failure's 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
 _GENERIC, _FRAME, _TRACEBACK = -1, -2, -3
 _GENERIC_ONLY = {_GENERIC}
-_SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(", b"terminate called after", b"Fatal Python error",
-           b"core dumped", b"Segmentation fault", b"Bus error", b"Illegal instruction", b"Received signal",
-           b") received by PID", b"fatal error:", b": ERROR ", b"CUDA error: ", b"HIP error: ")
+# "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
+_SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
+           *(lit.encode() for lit in GENERIC_LITERALS if lit not in ("Error", "Exception")))
 
 
 def _failure_shaped(raw: bytes) -> bool:
