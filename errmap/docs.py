@@ -188,7 +188,10 @@ def search_words(e) -> list[str]:
 
     They go into the page's `tags`, which Material's search weighs far above body text, so words
     typed from a log line rank the page whose message holds them above pages that only mention
-    them. The search index keeps each tag whole, so each word is a tag of its own.
+    them. The search index keeps each tag whole, so each word is a tag of its own. Search matches a
+    typed word as a prefix, so a word that begins another tag (`memory`, `memoryerror`) is left out:
+    it would count the same typed word twice and rank a page that holds one of the words typed above
+    a page that holds them all.
     """
     words: dict[str, None] = {}
     for a in e.anchors:
@@ -197,7 +200,7 @@ def search_words(e) -> list[str]:
                 word = word.strip(_EDGE + "'")
                 if len(word) >= 2 and not word.isdigit():
                     words.setdefault(word, None)
-    return list(words)
+    return [w for w in words if not any(o != w and o.startswith(w) for o in words)]
 
 
 _EDGE = " \t:;,.()[]{}<>'\"`=/-|"

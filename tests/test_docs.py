@@ -76,6 +76,11 @@ def test_search_words_come_from_the_messages(kb):
     words = docs.search_words(kb.get(1012))
     assert {"hardware", "limit", "shared", "memory", "resource"} <= set(words)
     assert all(w == w.lower() and not docs.SEARCH_SEPARATOR.search(w) for w in words)
+    # search matches typed words as prefixes: no tag begins another, or one word would count twice
+    for e in kb:
+        tags = docs.search_words(e)
+        assert not [(a, b) for a in tags for b in tags if a != b and b.startswith(a)], e.errno
+    assert "memoryerror" in docs.search_words(kb.get(1021)) and "memory" not in docs.search_words(kb.get(1021))
 
 
 def test_search_separator_is_the_one_mkdocs_uses():
