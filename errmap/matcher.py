@@ -23,10 +23,12 @@ REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
 
 # Lines that look like a failure even when no anchor knows them: the last line of a Python
 # traceback, a C++ terminate, a fatal interpreter error, a process killed by a signal (as the shell,
-# the interpreter or torchrun reports it), a compiler's fatal error, a tool's "name: ERROR" line.
+# the interpreter or torchrun reports it), a compiler's fatal error, a tool's "name: ERROR" line, NCCL's
+# report of a failed system or CUDA call (SYSCHECK/CUDACHECK in its checks.h; other NCCL WARN lines also come at a
+# clean exit, when the proxy service thread closes its connections).
 GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Python error", "core dumped",
                     "Segmentation fault", "Bus error", "Illegal instruction", "Received signal", ") received by PID",
-                    "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: "]
+                    "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: ", "NCCL WARN "]
 GENERIC = regex.compile(
     r"^(?:(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?(?::\s?(?P<message>.*))?"
     r"|(?P<type>terminate) called after throwing an instance of '(?P<message>[^']+)'.*"
@@ -36,7 +38,8 @@ GENERIC = regex.compile(
     r"|(?P<type>Signal \d+ \(SIG[A-Z]+\)) received by PID (?P<message>\d+)"
     r"|\*\*\* (?P<type>Received signal \d+) \*\*\*(?P<message>.*)"
     r"|\S+:\d+:(?:\d+:)? (?P<type>fatal error): (?P<message>.*)"
-    r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+))$"
+    r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+)"
+    r"|(?:\S+:\d+ )?(?P<type>NCCL WARN) (?P<message>(?:Call to \S+ failed ?:|Cuda failure|HIP failure) .+))$"
 )
 # A CUDA/HIP error no anchor knows, wherever it sits (NCCL's watchdog quotes it mid-line).
 GPU_ERROR = regex.compile(r"\b(?P<type>CUDA error|HIP error)(?P<inner>): (?P<message>.+)$")

@@ -66,6 +66,14 @@ def test_unrecognized_exception_lines(m):
     assert isinstance(e, Unrecognized) and e.type == "MyCustomError" and e.line.lineno == 3
 
 
+def test_nccl_warn_line_is_an_unrecognized_failure(m):
+    # NCCL src/include/shm.h (2.7-2.11): SYSCHECKVAL prints "Call to %s failed : %s" through WARN()
+    data = b"gpu3:4411:4502 [1] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied\n"
+    (e,) = events(m, data)
+    assert isinstance(e, Unrecognized) and e.type == "NCCL WARN" and e.message.startswith("Call to shm_open failed")
+    assert events(m, b"gpu3:4411:4502 [1] NCCL INFO include/shm.h:41 -> 2\n") == []
+
+
 def test_exception_words_inside_a_warning_are_not_errors(m):
     data = b"UserWarning: falling back because of ImportError: no module\nWARNING:root:ValueError: ignored\n"
     assert events(m, data) == []
