@@ -20,8 +20,9 @@ ANSI = regex.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 # repetition's captures).
 _PREFIX = regex.compile(
     r"(?:"
-    # Ray: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=123)", "(raylet)", "(TaskRunner pid=9, ip=h, actor_id=..)"
-    r"\((?:(?P<actor>[A-Za-z_][\w.:-]*)(?: pid=(?P<pid>\d+))?|pid=(?P<pid>\d+))(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)\s*"
+    # Ray: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=123)", "(raylet)", "(TaskRunner pid=9, ip=h, actor_id=..)",
+    # always followed by a space (C's "(int)m" is no prefix)
+    r"\((?:(?P<actor>[A-Za-z_][\w.:-]*)(?: pid=(?P<pid>\d+))?|pid=(?P<pid>\d+))(?:, ip=(?P<host>[^,)\s]+))?(?:, [^)]*)?\)(?:\s+|$)"
     # torchrun / torch.distributed: "[rank3]:", "[Rank 3]:", "[default3]:"
     r"|\[(?:rank|Rank |default)(?P<rank>\d+)\]:\s*"
     # glog, as printed by c10: "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] " (torch 2.x

@@ -8,9 +8,10 @@ anchors' full patterns there. Line numbers come from counting newlines in the sk
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import regex
 
@@ -48,6 +49,9 @@ FRAME = regex.compile(rb'File "([^"]+)", line \d+, in (\S+)')
 TRACEBACK = regex.compile(rb"(?:(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Interrupt))\s+)?Traceback \(most recent call last\)")
 FRAME_LITERAL, TRACEBACK_LITERAL = b'File "', b"Traceback (most recent call last)"
 FRAME_WINDOW = 200  # lines: a frame rule looks this far back for the failure's traceback
+# A failure line no anchor knows may be hard-wrapped (a terminal, a pasted issue, a logger's width): it is
+# matched again joined with up to this many continuation lines of at most CONTINUED_MAX bytes each.
+CONTINUED, CONTINUED_MAX = 3, 2048
 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
 _GENERIC, _FRAME, _TRACEBACK = -1, -2, -3
@@ -105,10 +109,12 @@ class Matcher:
     def scanner(self, path: str) -> Scanner:
         return Scanner(self, path)
 
-    def match_line(self, line: Line, candidates: set[int], frames: Iterable[tuple[int, str]] = ()) -> list[Event]:
+    def match_line(self, line: Line, candidates: set[int], frames: Iterable[tuple[int, str]] = (),
+                   breaks: tuple[int, ...] = ()) -> list[Event]:
         """Stage two: the full patterns of the anchors whose literals occur in this line, whatever
         its level; an anchor's guard (`unless`) and frame rule (`frame`, over `frames`: traceback
-        frames as (line number, 'path:function  source'), those FRAME_WINDOW lines back) must agree too."""
+        frames as (line number, 'path:function  source'), those FRAME_WINDOW lines back) must agree too.
+        With `breaks` (where joined continuation lines begin), a match must start before the first or span one."""
         events: list[Event] = []
         seen: set[int] = set()
         known = line.quoted  # a guarded look-alike or a quoted source line is not an unknown failure
@@ -123,6 +129,8 @@ class Matcher:
                     continue
             except TimeoutError:
                 continue
+            if m is not None and breaks and m.start() >= breaks[0] and not any(m.start() < b < m.end() for b in breaks):
+                continue  # wholly inside one continuation line: that line is matched on its own
             if m is not None and anchor.frames is not None and not any(
                 n >= line.lineno - FRAME_WINDOW and anchor.frames.search(f) for n, f in frames
             ):
@@ -228,12 +236,41 @@ class Scanner:
                 self._open = None  # the traceback's exception line, known or not
             line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
             found = m.match_line(line, ids, self._frames)
+            if len(found) == 1 and isinstance(found[0], Unrecognized):
+                found = self._continued(block, e, line) or found
             if found:
                 self._open = None
             events += found
         if not cut:
             self.lineno = lineno + block.count(b"\n", pos)
         return events
+
+    def _continued(self, block: bytes, end: int, line: Line) -> list[Match]:
+        """The anchors that match an unknown failure line joined with the lines that continue it (a message
+        hard-wrapped at a terminal's or a paste's width) and start on that line or span a break; a continuation line
+        is plain text: not empty, not a traceback frame and not a failure line of its own."""
+        parts, pos = [line.text.rstrip()], end
+        for _ in range(CONTINUED):
+            if block.startswith(b"\r\n", pos):
+                pos += 1
+            if pos >= len(block) or block[pos] != 0x0A:
+                break  # the block ends here, or a \r bar segment follows
+            nl = block.find(b"\n", pos + 1)
+            raw = block[pos + 1: nl if nl >= 0 else len(block)].removesuffix(b"\r")
+            if not raw.strip() or len(raw) > CONTINUED_MAX or FRAME_LITERAL in raw or b"\r" in raw:
+                break
+            text = peel(self.path, 0, ANSI.sub(b"", raw).decode("utf-8", "replace")).text.strip()
+            if not text or GENERIC.match(text):
+                break
+            parts.append(text)
+            pos = nl if nl >= 0 else len(block)
+        if len(parts) == 1:
+            return []
+        joined = " ".join(parts)
+        ids = {i for pat, _ in self.matcher.prefilter.hits(joined.encode()) for i in self.matcher.targets[pat] if i >= 0}
+        wide = replace(line, text=joined)
+        breaks = tuple(itertools.accumulate(len(p) + 1 for p in parts[:-1]))
+        return [e for e in self.matcher.match_line(wide, ids, self._frames, breaks) if isinstance(e, Match)]
 
 
 def scan_chunks(matcher: Matcher, path: str, chunks: Iterable[bytes]) -> Iterator[Event]:

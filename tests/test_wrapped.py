@@ -1,0 +1,60 @@
+"""Hard-wrapped failure lines: a message broken at a terminal's or a paste's width is still known."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from errmap import kb as kbmod
+from errmap.matcher import GENERIC, Match, Matcher, Unrecognized, scan_chunks
+
+FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").glob("10[0-9][0-9]/*.log"))
+
+
+@pytest.fixture(scope="module")
+def matcher() -> Matcher:
+    return Matcher(kbmod.load())
+
+
+def scan(matcher: Matcher, data: bytes) -> list:
+    return list(scan_chunks(matcher, "t.log", [data]))
+
+
+def wrapped_cases(matcher: Matcher) -> list[tuple[int, str]]:
+    """(errno, line) for every fixture's diagnosed line long enough to wrap that is also an exception line."""
+    cases = []
+    for log in FIXTURES:
+        for ev in scan(matcher, log.read_bytes()):
+            text = ev.line.text if isinstance(ev, Match) else ""
+            if len(text) > 100 and GENERIC.match(text) and "  " not in text:
+                cases.append((ev.entry.errno, text))
+    return cases
+
+
+def test_wrapped_exception_lines_keep_their_code(matcher):
+    cases = wrapped_cases(matcher)
+    assert len(cases) >= 10  # the property is exercised on many entries, not one
+    for errno, text in cases:
+        # at most four parts, broken at spaces (as a terminal or a paste does), none shorter than 60
+        parts = textwrap.wrap(text, width=max(60, len(text) // 4 + 1), break_long_words=False, break_on_hyphens=False)
+        if len(parts) > 4:
+            continue
+        found = {e.entry.errno for e in scan(matcher, ("\n".join(parts) + "\n").encode()) if isinstance(e, Match)}
+        assert errno in found, (errno, parts)
+
+
+def test_a_following_failure_is_not_a_continuation(matcher):
+    # the second line is a failure of its own: the first stays unrecognized and nothing is joined
+    data = b"RuntimeError: something no entry knows\nValueError: and another thing\n"
+    evs = scan(matcher, data)
+    assert [type(e) for e in evs] == [Unrecognized, Unrecognized]
+
+
+def test_a_match_must_start_on_the_failure_line(matcher):
+    # a known message on the next line is matched there, as its own line, not glued to the one before
+    known = next(text for errno, text in wrapped_cases(matcher))
+    data = f"RuntimeError: something no entry knows\n{known.split(': ', 1)[1]}\n".encode()
+    evs = scan(matcher, data)
+    assert all(e.line.lineno == 2 for e in evs if isinstance(e, Match))
