@@ -42,6 +42,11 @@ kb_option = click.option(
     help="Extra folder of your own KB entries (errno 9000-9999); also ERRMAP_KB_PATH.",
 )
 
+report_option = click.option(
+    "--report", "report_path", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+    help="Also write the report to FILE, in --format (json when --format is text); the terminal keeps the text.",
+)
+
 
 _FORMAT_HELP = {
     "text": "text for people",
@@ -70,9 +75,10 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True)
 @format_option("jsonl", "sarif", "github")
 @click.option("-v", "--verbose", is_flag=True, help="Every diagnosis in full and every unrecognized error line.")
+@report_option
 @kb_option
 @probe_options
-def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str, ...],
+def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, report_path: str | None, kb_dirs: tuple[str, ...],
              probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose log files, directories of logs, .gz files or - for stdin.
 
@@ -84,7 +90,8 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str
     report = scan(Matcher(kb), found.sources, found.errors)
     if sniffer is not None:
         verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
-    _emit(report, fmt, verbose)
+    _save_report(report, fmt, report_path)
+    _emit(report, "text" if report_path else fmt, verbose)
     sys.exit(report.exit_code())
 
 
@@ -94,20 +101,30 @@ def _emit(report: Report, fmt: str, verbose: bool) -> None:
         return
     for err in report.errors:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
+    click.echo(_machine(report, fmt), nl=False)
+
+
+def _machine(report: Report, fmt: str) -> str:
+    """The report in a machine format (json for text), as the text of a file."""
     doc = report.to_json()
-    if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
-        return
+    if fmt in ("json", "text"):
+        return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     from errmap import formats
 
-    if fmt == "jsonl":
-        for d in doc["diagnoses"]:
-            click.echo(formats.jsonl(d))
-    elif fmt == "sarif":
-        click.echo(json.dumps(formats.sarif(doc["diagnoses"], doc["unrecognized"]), indent=2, ensure_ascii=False))
-    elif fmt == "github":
-        for line in formats.github(doc["diagnoses"], doc["unrecognized"]):
-            click.echo(line)
+    if fmt == "sarif":
+        return json.dumps(formats.sarif(doc["diagnoses"], doc["unrecognized"]), indent=2, ensure_ascii=False) + "\n"
+    lines = [formats.jsonl(d) for d in doc["diagnoses"]] if fmt == "jsonl" else formats.github(doc["diagnoses"], doc["unrecognized"])
+    return "".join(line + "\n" for line in lines)
+
+
+def _save_report(report: Report, fmt: str, path: str | None) -> None:
+    if path is None:
+        return
+    try:
+        Path(path).write_text(_machine(report, fmt), encoding="utf-8")
+    except OSError as exc:
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(path)}: {escape(exc.strerror or str(exc))}")
+        sys.exit(EXIT_INPUT)
 
 
 def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = None) -> Callable[[Incident | Residue], None]:
@@ -140,9 +157,10 @@ def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = Non
 @click.option("--follow", "follow_path", type=click.Path(), metavar="FILE",
               help="Follow FILE like tail -F (waits for it, survives rotation and truncation).")
 @format_option("jsonl")
+@report_option
 @kb_option
 @probe_options
-def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
+def watch(follow_path: str | None, fmt: str, report_path: str | None, kb_dirs: tuple[str, ...],
           probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose a live log from stdin (or --follow FILE) as each line arrives.
 
@@ -152,6 +170,7 @@ def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
     matcher = Matcher(kb)
     triage = Triage()
     source = Source(follow_path or "-")
+    file_fmt, fmt = fmt, "text" if report_path else fmt
     report = Report([source], triage)
     sniffer = verify.sniff([source]) if probe and not follow_path else None
     settings = (lambda: sniffer.settings) if sniffer is not None else (lambda: verify.sniff_file(follow_path))
@@ -170,8 +189,10 @@ def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
     except InputError as exc:
         report.errors.append(exc)
     except KeyboardInterrupt:
+        _save_report(report, file_fmt, report_path)
         _summary(report, fmt, probed)
         sys.exit(130)
+    _save_report(report, file_fmt, report_path)
     _summary(report, fmt, probed)
     sys.exit(report.exit_code())
 
@@ -207,10 +228,11 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Also write the command's combined output to FILE (line numbers refer to it).")
 @format_option("jsonl")
+@report_option
 @kb_option
 @probe_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
+def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, report_path: str | None, kb_dirs: tuple[str, ...],
             probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Run a training command, diagnose its output live, exit with its status.
 
@@ -224,6 +246,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: t
     triage = Triage()
     source = Source(log_path or "output")
     report = Report([source], triage)
+    file_fmt, fmt = fmt, "text" if report_path else fmt
 
     settings = lambda: verify.sniff_file(log_path) if log_path else {}  # noqa: E731
     probed = _prober(report, settings, data_file, model_dir) if probe else None
@@ -234,13 +257,14 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: t
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(log_path)}: {escape(exc.strerror or str(exc))}")
         sys.exit(EXIT_INPUT)
     try:
-        status = run_command(list(command), Matcher(kb), triage, source, on_new, log)
+        status = report.status = run_command(list(command), Matcher(kb), triage, source, on_new, log)
     except OSError as exc:  # the command could not be started
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(command[0])}: {escape(exc.strerror or str(exc))}")
         sys.exit(127)
     finally:
         if log is not None:
             log.close()
+    _save_report(report, file_fmt, report_path)
     _summary(report, fmt, probed, to_stderr=True)
     sys.exit(status)
 

@@ -6,6 +6,7 @@ Renderers only format; `diagnose` decides what a diagnosis says.
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,28 @@ def _residue(r: Residue) -> dict[str, Any]:
     return {"type": r.type, "message": r.message, "count": r.count, **_evidence(r.first)}
 
 
+LIKELY_SIGKILL = 1021  # the kernel's OOM killer sends SIGKILL and the process prints nothing
+
+
 @dataclass
 class Report:
     sources: list[Source]
     triage: Triage
     errors: list[InputError] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # per-errno additions, e.g. probe verdicts
+    status: int | None = None  # `errmap run`: the command's exit status (128+N for signal N)
+
+    def command(self) -> dict[str, Any] | None:
+        """How the command of `errmap run` ended; a SIGKILL that nothing in its output explains points at
+        the host's OOM killer (1021) as the likely cause."""
+        if self.status is None:
+            return None
+        out: dict[str, Any] = {"status": self.status}
+        if self.status > 128 and (self.status - 128) in signal.valid_signals():
+            out["signal"] = signal.Signals(self.status - 128).name
+        if out.get("signal") == "SIGKILL" and not self.triage.incidents:
+            out["likely"] = LIKELY_SIGKILL
+        return out
 
     def ranked(self) -> list[tuple[Incident, dict[str, Any]]]:
         out = []
@@ -113,6 +130,7 @@ class Report:
             "sources": sources,
             "diagnoses": self.diagnoses,
             "unrecognized": [_residue(r) for r in self.triage.unrecognized()],
+            **({"command": cmd} if (cmd := self.command()) else {}),
         }
 
 
@@ -188,8 +206,18 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     residue = report.triage.unrecognized()
     lines = sum(s.lines for s in report.sources)
     scanned = f"{len(report.sources)} file{'s' if len(report.sources) != 1 else ''}, {lines:,} lines"
+    cmd = report.command()
+    if cmd and cmd["status"]:
+        how = f"was killed by {cmd['signal']}" if "signal" in cmd else "failed"
+        known = "; no known cause in its output" if not ranked else ""
+        con.print(f"[bold red]The command {how}[/] [dim](exit status {cmd['status']}){known}[/]")
+        if "likely" in cmd:
+            con.print(f"   Likely cause: {LIKELY_SIGKILL} host RAM exhausted (the kernel's OOM killer sends SIGKILL and the "
+                      "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
+                      f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
     if not ranked and not residue:
-        con.print(f"[green]No error found[/] [dim]({scanned})[/]")
+        if not (cmd and cmd["status"]):
+            con.print(f"[green]No error found[/] [dim]({scanned})[/]")
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
