@@ -156,15 +156,18 @@ def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = Non
 @main.command()
 @click.option("--follow", "follow_path", type=click.Path(), metavar="FILE",
               help="Follow FILE like tail -F (waits for it, survives rotation and truncation).")
+@click.option("--passthrough", is_flag=True, help="Print every line read to stdout as it comes; diagnoses go to stderr.")
 @format_option("jsonl")
 @report_option
 @kb_option
 @probe_options
-def watch(follow_path: str | None, fmt: str, report_path: str | None, kb_dirs: tuple[str, ...],
+def watch(follow_path: str | None, passthrough: bool, fmt: str, report_path: str | None, kb_dirs: tuple[str, ...],
           probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose a live log from stdin (or --follow FILE) as each line arrives.
 
-    python train.py 2>&1 | tee train.log | errmap watch
+    python train.py 2>&1 | errmap watch --passthrough
+
+    (errmap run -- CMD does the same for a command it starts, and keeps its exit status.)
     """
     kb = _load_kb(kb_dirs)
     matcher = Matcher(kb)
@@ -175,7 +178,12 @@ def watch(follow_path: str | None, fmt: str, report_path: str | None, kb_dirs: t
     sniffer = verify.sniff([source]) if probe and not follow_path else None
     settings = (lambda: sniffer.settings) if sniffer is not None else (lambda: verify.sniff_file(follow_path))
     probed = _prober(report, settings, data_file, model_dir) if probe else None
-    on_new = _live(_console(), fmt, probed)
+    on_new = _live(_console(stderr=passthrough), fmt, probed)
+    signal.signal(signal.SIGTERM, _stop)  # a summary on SIGTERM too, as on Ctrl-C
+    if not follow_path and sys.stdin is not None and sys.stdin.isatty():
+        _console(stderr=True).print(
+            "[yellow]errmap watch[/] reads a log on stdin: pipe one in ([bold]python train.py 2>&1 | errmap watch[/]), "
+            "or use [bold]--follow FILE[/] or [bold]errmap run -- CMD[/]. Reading this terminal until Ctrl-D.")
     try:
         if follow_path:
             from errmap.follow import follow_into
@@ -183,18 +191,27 @@ def watch(follow_path: str | None, fmt: str, report_path: str | None, kb_dirs: t
             notices = _console(stderr=True)
             follow_into(matcher, follow_path, triage, on_new, notice=lambda msg: notices.print(f"[yellow]errmap:[/] {escape(msg)}"))
         else:
-            scan_source(matcher, source, triage, on_new)
+            echo = (lambda chunk: (sys.stdout.buffer.write(chunk), sys.stdout.buffer.flush())) if passthrough else None
+            scan_source(matcher, source, triage, on_new, echo)
             if source.error:
                 report.errors.append(InputError(source.path, source.error))
     except InputError as exc:
         report.errors.append(exc)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stopped) as exc:
         _save_report(report, file_fmt, report_path)
-        _summary(report, fmt, probed)
-        sys.exit(130)
+        _summary(report, fmt, probed, to_stderr=passthrough)
+        sys.exit(143 if isinstance(exc, _Stopped) else 130)
     _save_report(report, file_fmt, report_path)
-    _summary(report, fmt, probed)
+    _summary(report, fmt, probed, to_stderr=passthrough)
     sys.exit(report.exit_code())
+
+
+class _Stopped(Exception):
+    """SIGTERM, raised where watch is reading so that it ends like Ctrl-C, with its summary."""
+
+
+def _stop(_signum: int, _frame: object) -> None:
+    raise _Stopped
 
 
 def _prober(report: Report, settings: Callable[[], dict], data_file: str | None, model_dir: str | None) -> Callable[[Incident], dict]:

@@ -19,18 +19,26 @@ def feed(triage: Triage, events: Iterable[Event], on_new: OnNew | None = None) -
             on_new(new)
 
 
-def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew | None = None) -> None:
-    """Stream one source into the triage; record an input error on the source instead of raising."""
+def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew | None = None,
+                echo: Callable[[bytes], None] | None = None) -> None:
+    """Stream one source into the triage (passing each chunk to `echo` first); record an input error on the
+    source instead of raising. Interrupted, it still reads the unfinished last line and counts the lines."""
     scanner: Scanner = matcher.scanner(source.path)
-    last = b"\n"
+    last, unread = b"\n", b""
     try:
         for chunk in source.chunks():
-            last = chunk[-1:] or last
+            unread, last = chunk, chunk[-1:] or last
+            if echo is not None:
+                echo(chunk)
             feed(triage, scanner.feed(chunk), on_new)
+            unread = b""
     except InputError as exc:
         source.error = exc.reason
-    feed(triage, scanner.finish(), on_new)
-    source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
+    finally:
+        if unread:  # interrupted between reading a chunk and matching it
+            feed(triage, scanner.feed(unread), on_new)
+        feed(triage, scanner.finish(), on_new)
+        source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
 
 
 def scan(matcher: Matcher, sources: list[Source], errors: list[InputError]) -> Report:
