@@ -70,9 +70,11 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True)
 @format_option("jsonl", "sarif", "github")
 @click.option("-v", "--verbose", is_flag=True, help="Every diagnosis in full and every unrecognized error line.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes for large inputs (default: ERRMAP_JOBS, else every core).")
 @kb_option
 @probe_options
-def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str, ...],
+def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str, ...], jobs: int | None = None,
              probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose log files, directories of logs, .gz files or - for stdin.
 
@@ -81,7 +83,7 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str
     kb = _load_kb(kb_dirs)
     found = expand(list(paths))
     sniffer = verify.sniff(found.sources) if probe else None
-    report = scan(Matcher(kb), found.sources, found.errors)
+    report = scan(Matcher(kb), found.sources, found.errors, jobs)
     if sniffer is not None:
         verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
     _emit(report, fmt, verbose)
