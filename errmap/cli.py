@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from errmap import kb as kbmod
+from errmap import prefilter
 from errmap import verify
 from errmap.verify import probe_options
 from errmap.matcher import Matcher
@@ -61,7 +62,7 @@ def format_option(*choices: str):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="errmap")
+@click.version_option(package_name="errmap", message=f"%(prog)s %(version)s (stage one: {prefilter.engine()})")
 def main() -> None:
     """Find the root cause of a failed training run in its logs."""
 
