@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from errmap import kb as kbmod
+from errmap import prefilter
 from errmap import verify
 from errmap.verify import probe_options
 from errmap.matcher import Matcher
@@ -66,7 +67,7 @@ def format_option(*choices: str):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="errmap")
+@click.version_option(package_name="errmap", message=f"%(prog)s %(version)s (stage one: {prefilter.engine()})")
 def main() -> None:
     """Find the root cause of a failed training run in its logs."""
 
@@ -75,10 +76,13 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True)
 @format_option("jsonl", "sarif", "github")
 @click.option("-v", "--verbose", is_flag=True, help="Every diagnosis in full and every unrecognized error line.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes for large inputs (default: ERRMAP_JOBS, else every core).")
 @report_option
 @kb_option
 @probe_options
-def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, report_path: str | None, kb_dirs: tuple[str, ...],
+def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, report_path: str | None,
+             kb_dirs: tuple[str, ...],
              probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose log files, directories of logs, .gz files or - for stdin.
 
@@ -87,7 +91,7 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, report_path: str |
     kb = _load_kb(kb_dirs)
     found = expand(list(paths))
     sniffer = verify.sniff(found.sources) if probe else None
-    report = scan(Matcher(kb), found.sources, found.errors)
+    report = scan(Matcher(kb), found.sources, found.errors, jobs)
     if sniffer is not None:
         verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
     _save_report(report, fmt, report_path)

@@ -1,15 +1,30 @@
-"""Scanning: sources through the matcher into one triage, as a report."""
+"""Scanning: sources through the matcher into one triage, as a report.
+
+With several cores (`-j N`, ERRMAP_JOBS; all of them by default) the work goes to forked worker
+processes: a large plain file is split into byte ranges at line boundaries, other files are scanned
+whole, one per task. Events come back in source and line order with line numbers made absolute, so
+the report is the one a single process gives. Stdin, and any input when only one core is used,
+stay in this process.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
-from errmap.matcher import Event, Matcher, Scanner
+from errmap.matcher import FRAME_WINDOW, INHERITED, Event, Match, Matcher, Scanner
 from errmap.report import Report
-from errmap.source import InputError, Source
+from errmap.source import CHUNK, InputError, Source
 from errmap.triage import Incident, Residue, Triage
 
 OnNew = Callable[[Incident | Residue], None]
+
+PARALLEL_MIN = 16 << 20  # bytes of files below which forking workers costs more than it saves
+SPLIT_MIN = 64 << 20  # a plain file this large is split into byte ranges
+# What source.py decodes rather than passes through (compressed data, UTF-16/32, BOMs): never split.
+_ENCODED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd", b"\xff\xfe", b"\xfe\xff", b"\xef\xbb\xbf")
 
 
 def feed(triage: Triage, events: Iterable[Event], on_new: OnNew | None = None) -> None:
@@ -41,9 +56,225 @@ def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew 
         source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
 
 
-def scan(matcher: Matcher, sources: list[Source], errors: list[InputError]) -> Report:
+def _events(matcher: Matcher, source: Source) -> list[Event]:
+    scanner: Scanner = matcher.scanner(source.path)
+    events: list[Event] = []
+    last = b"\n"
+    try:
+        for chunk in source.chunks():
+            last = chunk[-1:] or last
+            events += scanner.feed(chunk)
+    except InputError as exc:
+        source.error = exc.reason
+    events += scanner.finish()
+    source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
+    return events
+
+
+def jobs(requested: int | None = None) -> int:
+    n = requested or int(os.environ.get("ERRMAP_JOBS") or 0)
+    if n <= 0:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return n
+
+
+def scan(matcher: Matcher, sources: list[Source], errors: list[InputError], n_jobs: int | None = None) -> Report:
     triage = Triage()
-    for source in sources:
-        scan_source(matcher, source, triage)
+    n = jobs(n_jobs)
+    sizes = [_plain_size(s.path) for s in sources]
+    if n > 1 and sum(x or 0 for x in sizes) >= PARALLEL_MIN and "fork" in multiprocessing.get_all_start_methods():
+        _scan_parallel(matcher, sources, sizes, triage, n)
+    else:
+        for source in sources:
+            scan_source(matcher, source, triage)
     errors = errors + [InputError(s.path, s.error) for s in sources if s.error]
     return Report(sources, triage, errors)
+
+
+def _plain_size(path: str) -> int | None:
+    """The size of a regular file whose bytes are scanned as they are; None for anything else."""
+    try:
+        if path == "-" or not os.path.isfile(path):
+            return None
+        with open(path, "rb") as f:
+            head = f.read(4096)
+            size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
+    return None if head.startswith(_ENCODED) or b"\x00" in head else size
+
+
+# --- worker processes ---------------------------------------------------------------------------
+
+_matcher: Matcher | None = None  # set before forking: workers inherit the compiled matcher
+
+
+@dataclass
+class _Part:
+    """What a worker found in one file or byte range, with line numbers relative to its start."""
+
+    events: list[tuple]
+    newlines: int = 0
+    inherited: bool = True  # nothing in the range opened or closed a traceback header
+    open: tuple[int, bytes] | None = None
+    source: Source | None = None  # a whole file's source, with what reading it found
+
+
+def _pack(matcher: Matcher, events: list[Event], shift: int) -> list[tuple]:
+    index = {id(a): i for i, (_, a) in enumerate(matcher.anchors)}
+    out: list[tuple] = []
+    for line in {id(ev.line): ev.line for ev in events}.values():  # events of one line share it
+        line.lineno -= shift
+    for ev in events:
+        out.append((index[id(ev.anchor)], ev.line, ev.captures) if isinstance(ev, Match) else (ev,))
+    return out
+
+
+def _unpack(matcher: Matcher, packed: list[tuple], offset: int) -> Iterator[Event]:
+    moved: set[int] = set()
+    for item in packed:
+        if len(item) == 1:
+            ev = item[0]
+        else:
+            entry, anchor = matcher.anchors[item[0]]
+            ev = Match(entry, anchor, item[1], item[2])
+        if id(ev.line) not in moved:  # events of one line share it (unpickled as one object too)
+            moved.add(id(ev.line))
+            ev.line.lineno += offset
+        yield ev
+
+
+def _whole(path: str) -> _Part:
+    assert _matcher is not None
+    source = Source(path)
+    events = _events(_matcher, source)
+    return _Part(_pack(_matcher, events, 0), source=source)
+
+
+def _range(task: tuple[str, int, int, int, bool]) -> _Part:
+    """Scan [start, end) of a file after re-reading [lead, start) for the scanner's state (recent
+    traceback frames, an open traceback). Reads follow the CHUNK grid of a serial read, so every
+    block the scanner sees ends where a serial scan's does."""
+    assert _matcher is not None
+    path, lead, start, end, last = task
+    scanner = _matcher.scanner(path)
+    scanner._open = INHERITED
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    skip = 0
+    events: list[Event] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = lead
+        while pos < end:
+            stop = min((pos // CHUNK + 1) * CHUNK, end, start if pos < start else end)
+            n = os.preadv(fd, [view[: stop - pos]], pos)
+            if n <= 0:
+                break
+            chunk = bytes(view[:n])
+            if pos < start:
+                skip += chunk.count(b"\n")
+                scanner.feed(chunk)  # the lead-in: state only, its events belong to the range before
+            else:
+                events += scanner.feed(chunk)
+            pos += n
+    finally:
+        os.close(fd)
+    if last:
+        events += scanner.flush()
+    part = _Part(_pack(_matcher, events, skip), scanner.lineno - 1 - skip)
+    if scanner._open is not INHERITED:
+        part.inherited = False
+        if scanner._open is not None:
+            part.open = (scanner._open[0] - skip, scanner._open[1])
+    return part
+
+
+def _work(task: tuple) -> _Part:
+    return _whole(task[0]) if len(task) == 1 else _range(task)
+
+
+def _line_start_before(fd: int, grid: int) -> int | None:
+    """1 + the last newline in the CHUNK before `grid`: a serial scan's block ends there."""
+    data = os.pread(fd, CHUNK, grid - CHUNK)
+    i = data.rfind(b"\n")
+    return None if i < 0 else grid - CHUNK + i + 1
+
+
+def _lead(fd: int, start: int) -> int:
+    """A serial scan's block end more than FRAME_WINDOW lines before `start` (or the file's start)."""
+    grid = start // CHUNK * CHUNK
+    while grid >= CHUNK:
+        b = _line_start_before(fd, grid)
+        if b is not None and b < start and os.pread(fd, start - b, b).count(b"\n") > FRAME_WINDOW:
+            return b
+        grid -= CHUNK
+    return 0
+
+
+def _ranges(path: str, size: int, n: int) -> list[tuple]:
+    """Byte ranges of about size/n, each with the lead-in a worker re-reads before it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        cuts = [0]
+        for k in range(1, n):
+            grid = max(CHUNK, size * k // n // CHUNK * CHUNK)
+            while grid < size and (b := _line_start_before(fd, grid)) is None:
+                grid += CHUNK
+            if grid < size and b > cuts[-1]:
+                cuts.append(b)
+        cuts.append(size)
+        tasks = []
+        for i in range(len(cuts) - 1):
+            tasks.append((path, _lead(fd, cuts[i]), cuts[i], cuts[i + 1], i == len(cuts) - 2))
+        return tasks
+    finally:
+        os.close(fd)
+
+
+def _scan_parallel(matcher: Matcher, sources: list[Source], sizes: list[int | None], triage: Triage, n: int) -> None:
+    global _matcher
+    plan: list[list[tuple]] = []
+    for source, size in zip(sources, sizes):
+        if source.path == "-":
+            plan.append([])
+        elif size is not None and size >= SPLIT_MIN:
+            try:
+                plan.append(_ranges(source.path, size, max(n, min(4 * n, size // SPLIT_MIN * 4))))
+            except OSError:
+                plan.append([(source.path,)])
+        else:
+            plan.append([(source.path,)])
+    _matcher = matcher
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(n) as pool:
+        results = pool.imap(_work, [t for tasks in plan for t in tasks])
+        for source, tasks in zip(sources, plan):
+            if not tasks:
+                scan_source(matcher, source, triage)
+            elif len(tasks[0]) == 1:
+                part = next(results)
+                assert part.source is not None
+                source.bytes_read, source.lines = part.source.bytes_read, part.source.lines
+                source.warning, source.error = part.source.warning, part.source.error
+                feed(triage, _unpack(matcher, part.events, 0))
+            else:
+                feed(triage, _merge(matcher, source, (next(results) for _ in tasks)))
+    _matcher = None
+
+
+def _merge(matcher: Matcher, source: Source, parts: Iterable[_Part]) -> Iterator[Event]:
+    """The events of a file's ranges in order, then what a serial scan's end of input adds."""
+    offset = 0
+    scanner = matcher.scanner(source.path)
+    for part in parts:
+        yield from _unpack(matcher, part.events, offset)
+        if not part.inherited:
+            scanner._open = None if part.open is None else (part.open[0] + offset, part.open[1])
+        offset += part.newlines
+    yield from scanner.ended()
+    source.bytes_read = os.path.getsize(source.path)
+    with open(source.path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        ends_in_newline = f.read(1) == b"\n"
+    source.lines = offset + (0 if ends_in_newline else 1)

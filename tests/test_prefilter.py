@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, errmap
 from errmap import kb as kbmod
 from errmap.matcher import Matcher, scan_chunks
 
@@ -26,3 +26,20 @@ def test_hyperscan_and_aho_corasick_agree_on_all_fixtures(monkeypatch):
     data = b"".join(p.read_bytes() + b"\n" for p in LOGS)
     assert LOGS
     assert events(monkeypatch, "hyperscan", data) == events(monkeypatch, "ahocorasick", data)
+
+
+def test_hits_on_one_long_line_full_of_hits():
+    """Each hit's line is found from the previous hit's line: a 1 MB line of 'Error' words gives
+    every hit on its one line, and the line after it is still its own line."""
+    m = Matcher(kbmod.load())
+    block = b"Error " * 170_000 + b"\nKeyError: 'x'\n"
+    got = m.scanner("f")._scan(block)
+    assert [(e.line.lineno, e.line.text) for e in got] == [(2, "KeyError: 'x'")]
+
+
+@pytest.mark.parametrize("engine", ["ahocorasick", "hyperscan"])
+def test_version_names_the_engine(engine):
+    if engine == "hyperscan":
+        pytest.importorskip("hyperscan")
+    out = errmap("--version", env={"ERRMAP_PREFILTER": engine}).stdout.decode()
+    assert out.strip().endswith(f"(stage one: {engine})"), out
