@@ -10,13 +10,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
+from errmap import formats
 from errmap import kb as kbmod
 from errmap import verify
 from errmap.verify import probe_options
 from errmap.matcher import Matcher
-from errmap.report import Report, diagnose, print_diagnosis, print_report
+from errmap.report import Report, diagnose, escape, print_diagnosis, print_report
 from errmap.scan import scan, scan_source
 from errmap.source import InputError, Source, expand
 from errmap.triage import Incident, Residue, Triage
@@ -96,15 +96,13 @@ def _emit(report: Report, fmt: str, verbose: bool) -> None:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
     doc = report.to_json()
     if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        click.echo(formats.dumps(doc))
         return
-    from errmap import formats
-
     if fmt == "jsonl":
         for d in doc["diagnoses"]:
             click.echo(formats.jsonl(d))
     elif fmt == "sarif":
-        click.echo(json.dumps(formats.sarif(doc["diagnoses"], doc["unrecognized"]), indent=2, ensure_ascii=False))
+        click.echo(formats.dumps(formats.sarif(doc["diagnoses"], doc["unrecognized"])))
     elif fmt == "github":
         for line in formats.github(doc["diagnoses"], doc["unrecognized"]):
             click.echo(line)
@@ -118,7 +116,7 @@ def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = Non
             return  # one JSON document at the end
         if isinstance(item, Residue):
             if fmt == "jsonl":
-                out.print_json(data={"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}, indent=None)
+                out.file.write(formats.jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")
             else:
                 out.print(f"[yellow]errmap: unrecognized error[/] [cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
         else:
@@ -194,7 +192,7 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
     for inc in report.triage.incidents.values() if probed else ():
         probed(inc)
     if fmt == "json":
-        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False), err=to_stderr)
+        click.echo(formats.dumps(report.to_json()), err=to_stderr)
         return
     if fmt == "jsonl":
         return  # every diagnosis was already written as it happened
@@ -258,7 +256,7 @@ def explain(code: str, fmt: str) -> None:
         _console(stderr=True).print(f"[bold red]errmap:[/] no code {escape(code)}; `errmap list` shows them all")
         sys.exit(EXIT_INPUT)
     if fmt == "json":
-        click.echo(json.dumps(entry.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(formats.dumps(entry.to_dict()))
     else:
         print_entry(_console(), entry, kb, Matcher(kb))
 
@@ -285,7 +283,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
         kb = None
     doc = diagnose_setup(list(data_files), model_dir, list(overrides))
     if fmt == "json":
-        click.echo(json.dumps(doc.to_json(kb), indent=2, ensure_ascii=False, default=str))
+        click.echo(formats.dumps(doc.to_json(kb)))
     else:
         print_doctor(_console(), doc, kb)
     sys.exit(1 if doc.warnings else 0)

@@ -307,7 +307,7 @@ def environment_block(doc: Doctor) -> str:
 
 
 def print_doctor(con, doc: Doctor, kb=None) -> None:
-    from rich.markup import escape
+    from errmap.report import escape
 
     con.print("[bold]Environment[/] [dim](paste this block into an issue)[/]")
     con.print("```", markup=False)

@@ -213,7 +213,7 @@ class Scanner:
             raw = block[s:e]
             if ids == _GENERIC_ONLY and not _failure_shaped(raw):
                 continue  # "Error" inside a word or a metric name: no exception line, skip the decoding
-            if b"\x1b" in raw:  # colours are stripped per candidate line: cheap, and literals sit inside messages
+            if b"\x1b" in raw or b"\xc2" in raw:  # escapes (ESC or C1) are stripped per candidate line: cheap, and literals sit inside messages
                 raw = ANSI.sub(b"", raw)
             if _FRAME in ids and (f := FRAME.search(raw)) is not None:
                 # the quoted source line below a frame belongs to it: "path:function  source"

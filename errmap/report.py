@@ -11,15 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup
 
-from errmap.lines import Line
+from errmap.lines import Line, printable
 from errmap.source import InputError, Source
 from errmap.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 
 JSON_VERSION = 1
 SHOWN_TEXT = 300  # characters of an evidence line shown in text output
 SHOWN_STEPS = 4  # fix steps shown in text output; --verbose and `errmap explain` show all
+
+
+def escape(text: str) -> str:
+    """Text from a log, a path or a KB as rich markup: no markup, no terminal escape or control character."""
+    return _markup(printable(text))
 
 
 def docs_url(errno: int) -> str | None:
