@@ -8,8 +8,9 @@ anchors' full patterns there. Line numbers come from counting newlines in the sk
 
 from __future__ import annotations
 
+import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import regex
@@ -20,6 +21,7 @@ from errmap.prefilter import build
 
 MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their start
 REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
+MAX_TIMEOUTS = 3  # an anchor that times out on this many lines is switched off for the run
 
 # Lines that look like a failure even when no anchor knows them: the last line of a Python
 # traceback, a C++ terminate, a fatal interpreter error, a process killed by a signal (as the shell,
@@ -88,8 +90,11 @@ Event = Match | Unrecognized
 class Matcher:
     """All anchors of a KB compiled once; `scanner()` gives per-source state."""
 
-    def __init__(self, kb: KB):
+    def __init__(self, kb: KB, notice: Callable[[str], None] | None = None):
         self.anchors: list[tuple[Entry, Anchor]] = [(e, a) for e in kb for a in e.anchors]
+        self.timeouts: dict[int, int] = {}  # anchor index -> lines it timed out on
+        self.off: set[int] = set()  # anchors switched off after MAX_TIMEOUTS
+        self.notice = notice or _to_stderr
         literals: dict[bytes, set[int]] = {}
         for i, (_, anchor) in enumerate(self.anchors):
             for lit in anchor.literals:
@@ -114,7 +119,7 @@ class Matcher:
         known = line.quoted  # a guarded look-alike or a quoted source line is not an unknown failure
         for i in sorted(c for c in candidates if c >= 0):
             entry, anchor = self.anchors[i]
-            if entry.errno in seen:
+            if entry.errno in seen or i in self.off:
                 continue
             try:
                 m = anchor.compiled.search(line.text, timeout=REGEX_TIMEOUT)
@@ -122,6 +127,7 @@ class Matcher:
                     known = True
                     continue
             except TimeoutError:
+                self._timed_out(i, line)
                 continue
             if m is not None and anchor.frames is not None and not any(
                 n >= line.lineno - FRAME_WINDOW and anchor.frames.search(f) for n, f in frames
@@ -143,6 +149,22 @@ class Matcher:
                 caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."
                 events.append(Unrecognized(line, g["type"], message, g["inner"] or (caught and caught[1])))
         return events
+
+
+    def _timed_out(self, i: int, line: Line) -> None:
+        self.timeouts[i] = n = self.timeouts.get(i, 0) + 1
+        if n >= MAX_TIMEOUTS:
+            self.off.add(i)
+            entry, anchor = self.anchors[i]
+            k = entry.anchors.index(anchor) + 1
+            self.notice(f"anchor {k} of {entry.errno} ({entry.slug}) took over {REGEX_TIMEOUT}s on {n} lines "
+                        f"(last {line.path}:{line.lineno}); it is off for the rest of this run. "
+                        f"`errmap kb check` finds such patterns")
+
+
+def _to_stderr(message: str) -> None:
+    sys.stderr.write(f"errmap: knowledge base: {message}\n")
+    sys.stderr.flush()
 
 
 @dataclass
