@@ -16,7 +16,7 @@ from typing import Any
 
 from errmap.probes import PROBES, registry
 from errmap.probes.base import Context, Fact, run, short
-from errmap.probes.config import first_file, parse_overrides
+from errmap.probes.config import all_files, parse_overrides
 
 # verl defaults (verl/trainer/config/ppo_trainer.yaml) used when the overrides leave a key out
 VERL_DEFAULTS = {
@@ -278,10 +278,8 @@ def diagnose_setup(data: list[str], model: str | None, overrides: list[str]) -> 
     config = parse_overrides(overrides)
     files = list(data)
     for key in ("data.train_files", "data.val_files"):
-        for k in (key, "+" + key):
-            f = first_file(config.get(k))
-            if f and f not in files:
-                files.append(f)
+        for k in (key, "+" + key, "++" + key):
+            files += [f for f in all_files(config.get(k)) if f not in files]
     model = model or config.get("actor_rollout_ref.model.path")
     doc = Doctor(config, files, model)
     doc.run_probes()
