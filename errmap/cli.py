@@ -10,14 +10,14 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
+from errmap import formats
 from errmap import kb as kbmod
 from errmap import prefilter
 from errmap import verify
 from errmap.verify import probe_options
 from errmap.matcher import Matcher
-from errmap.report import Report, diagnose, print_diagnosis, print_report
+from errmap.report import Report, diagnose, escape, print_diagnosis, print_report
 from errmap.scan import scan, scan_source
 from errmap.source import InputError, Source, expand
 from errmap.triage import Incident, Residue, Triage
@@ -112,11 +112,9 @@ def _machine(report: Report, fmt: str) -> str:
     """The report in a machine format (json for text), as the text of a file."""
     doc = report.to_json()
     if fmt in ("json", "text"):
-        return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-    from errmap import formats
-
+        return formats.dumps(doc) + "\n"
     if fmt == "sarif":
-        return json.dumps(formats.sarif(doc["diagnoses"], doc["unrecognized"]), indent=2, ensure_ascii=False) + "\n"
+        return formats.dumps(formats.sarif(doc["diagnoses"], doc["unrecognized"])) + "\n"
     lines = [formats.jsonl(d) for d in doc["diagnoses"]] if fmt == "jsonl" else formats.github(doc["diagnoses"], doc["unrecognized"])
     return "".join(line + "\n" for line in lines)
 
@@ -139,7 +137,7 @@ def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = Non
             return  # one JSON document at the end
         if isinstance(item, Residue):
             if fmt == "jsonl":
-                out.print_json(data={"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}, indent=None)
+                out.file.write(formats.jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")
             else:
                 out.print(f"[yellow]errmap: unrecognized error[/] [cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
         else:
@@ -236,7 +234,7 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
     for inc in report.triage.incidents.values() if probed else ():
         probed(inc)
     if fmt == "json":
-        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False), err=to_stderr)
+        click.echo(formats.dumps(report.to_json()), err=to_stderr)
         return
     if fmt == "jsonl":
         return  # every diagnosis was already written as it happened
@@ -303,7 +301,7 @@ def explain(code: str, fmt: str) -> None:
         _console(stderr=True).print(f"[bold red]errmap:[/] no code {escape(code)}; `errmap list` shows them all")
         sys.exit(EXIT_INPUT)
     if fmt == "json":
-        click.echo(json.dumps(entry.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(formats.dumps(entry.to_dict()))
     else:
         print_entry(_console(), entry, kb, Matcher(kb))
 
@@ -330,7 +328,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
         kb = None
     doc = diagnose_setup(list(data_files), model_dir, list(overrides))
     if fmt == "json":
-        click.echo(json.dumps(doc.to_json(kb), indent=2, ensure_ascii=False, default=str))
+        click.echo(formats.dumps(doc.to_json(kb)))
     else:
         print_doctor(_console(), doc, kb)
     sys.exit(1 if doc.warnings else 0)

@@ -16,7 +16,7 @@ from typing import Any
 
 from errmap.probes import PROBES, registry
 from errmap.probes.base import Context, Fact, run, short
-from errmap.probes.config import first_file, parse_overrides
+from errmap.probes.config import all_files, parse_overrides
 
 # verl defaults (verl/trainer/config/ppo_trainer.yaml) used when the overrides leave a key out
 VERL_DEFAULTS = {
@@ -29,6 +29,11 @@ VERL_DEFAULTS = {
     "actor_rollout_ref.rollout.dtype": "bfloat16",
     "trainer.n_gpus_per_node": "8",
     "trainer.nnodes": "1",
+    "data.train_batch_size": "1024",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "256",  # verl/trainer/config/actor/actor.yaml
+    "actor_rollout_ref.actor.strategy": "fsdp",
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "1",
+    "actor_rollout_ref.rollout.n": "1",
 }
 ATTN_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 MACHINE_ORDER = [
@@ -101,6 +106,7 @@ class Doctor:
     def predict(self) -> None:
         self._gpu_warnings()
         self._data_warnings()
+        self._batch_warnings()
         self._model_warnings()
         self._config_warnings()
 
@@ -178,6 +184,38 @@ class Doctor:
             if fmt.known and fmt.value.get("present") and not fmt.value.get("chat"):
                 self.warn(1034, f"{path}: column {fmt.value['column']!r} is {fmt.value.get('type')}, not a list of "
                                 "{role, content} chat messages", "data.prompt_format", about=path, facts=facts)
+
+    def _batch_warnings(self) -> None:
+        """1039 from the batch keys, by verl's own rules for FSDP actors: validate_config in
+        verl/utils/config.py, ActorConfig.validate, and the per-GPU normalization of the actor worker."""
+        def num(key: str) -> tuple[int | None, str]:
+            value, given = self.setting(key)
+            shown = f"{key.rsplit('.', 1)[-1]}={value}{'' if given else ' (verl default)'}"
+            return (int(value) if value is not None and str(value).isdigit() else None), shown
+
+        strategy, _ = self.setting("actor_rollout_ref.actor.strategy")
+        if strategy not in ("fsdp", "fsdp2"):
+            return  # megatron divides by its data-parallel size: not predicted
+        (train, t), (mini, m), (n, r) = (num(k) for k in ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size",
+                                                            "actor_rollout_ref.rollout.n"))
+        (per_node, g), (nodes, h), (sp, _) = (num(k) for k in ("trainer.n_gpus_per_node", "trainer.nnodes",
+                                                                "actor_rollout_ref.actor.ulysses_sequence_parallel_size"))
+        micro, u = num("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+        if None in (train, mini, n, per_node, nodes, sp) or not per_node * nodes or not sp:
+            return
+        gpus = per_node * nodes
+        if train * n % gpus:
+            self.warn(1039, f"real_train_batch_size {train * n} ({t} × {r}) is not divisible by the {gpus} GPUs ({g}, {h}); "
+                            "verl refuses it: make train_batch_size × rollout.n a multiple of the GPU count", "run.config")
+        if train < mini:
+            self.warn(1039, f"{t} is smaller than {m}; verl needs train_batch_size >= ppo_mini_batch_size", "run.config")
+        per_gpu = mini * n // (gpus // sp) if gpus >= sp else 0
+        if per_gpu <= 0:
+            self.warn(1039, f"{m} × {r} over {gpus // sp} data-parallel ranks is {per_gpu} per GPU; verl needs at least 1: "
+                            "raise ppo_mini_batch_size", "run.config")
+        elif micro and per_gpu % micro:
+            self.warn(1039, f"the per-GPU mini-batch ({m} × {r} / {gpus // sp} ranks = {per_gpu}) is not divisible by {u}; "
+                            "verl refuses it: pick a micro-batch size that divides it", "run.config")
 
     def _model_warnings(self) -> None:
         if not self.model_facts:
@@ -278,10 +316,8 @@ def diagnose_setup(data: list[str], model: str | None, overrides: list[str]) -> 
     config = parse_overrides(overrides)
     files = list(data)
     for key in ("data.train_files", "data.val_files"):
-        for k in (key, "+" + key):
-            f = first_file(config.get(k))
-            if f and f not in files:
-                files.append(f)
+        for k in (key, "+" + key, "++" + key):
+            files += [f for f in all_files(config.get(k)) if f not in files]
     model = model or config.get("actor_rollout_ref.model.path")
     doc = Doctor(config, files, model)
     doc.run_probes()
@@ -307,7 +343,7 @@ def environment_block(doc: Doctor) -> str:
 
 
 def print_doctor(con, doc: Doctor, kb=None) -> None:
-    from rich.markup import escape
+    from errmap.report import escape
 
     con.print("[bold]Environment[/] [dim](paste this block into an issue)[/]")
     con.print("```", markup=False)

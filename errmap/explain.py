@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from rich.markup import escape
+from errmap.report import escape  # rich markup and terminal escapes of printed text
 
 from errmap.kb import KB, Entry
 from errmap.lines import ANSI

@@ -10,6 +10,13 @@ import json
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import regex
+
+# Characters JSON may carry raw that a terminal acts on: DEL and the C1 controls (U+009B is a CSI);
+# json.dumps already escapes C0. Line and paragraph separators break JavaScript readers.
+_RAW_CONTROL = regex.compile("[\x7f-\x9f\u2028\u2029]")
+_CONTROL = regex.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
 
@@ -20,9 +27,15 @@ def _version() -> str:
         return "0"
 
 
+def dumps(doc: Any, indent: int | None = 2) -> str:
+    """JSON as errmap prints it: UTF-8 text, every control character escaped (safe on a terminal)."""
+    text = json.dumps(doc, indent=indent, ensure_ascii=False, default=str, separators=None if indent else (",", ":"))
+    return _RAW_CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
 def jsonl(d: dict[str, Any]) -> str:
     """One diagnosis as one line of JSON (for `watch` and `run`, as each happens)."""
-    return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+    return dumps(d, indent=None)
 
 
 def _fingerprint(d: dict[str, Any]) -> str:
@@ -81,7 +94,9 @@ def _location(path: str, line: int) -> dict[str, Any]:
 
 
 def _escape_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """As the runner's toolkit escapes, and every other control character as %XX (shown as such)."""
+    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return _CONTROL.sub(lambda m: f"%{ord(m[0]):02X}", s)
 
 
 def _escape_property(s: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -184,17 +185,43 @@ def _line_of(lines: dict[tuple, int], loc: tuple) -> int:
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when the wheel has it: 10x faster
 
 
-def load_entry(path: Path, allowed: range = OFFICIAL_RANGE) -> Entry:
-    """Parse and validate one KB file; raise KBError with file:line for every problem."""
+MAX_FILE = 1 << 20  # bytes of one KB file (the largest shipped is ~15 KB)
+
+
+def _read(path: Path) -> str:
+    """A KB file's text: a regular file (a link is followed) of at most MAX_FILE bytes, in UTF-8."""
     try:
-        text = path.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=_Loader)
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise KBError([f"{path}:1: not a regular file"])
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE + 1)
+        if len(data) > MAX_FILE:
+            raise KBError([f"{path}:1: larger than {MAX_FILE // 1024} KB; a KB file holds one entry"])
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KBError([f"{path}:1: cannot read: {exc}"]) from None
+
+
+def _parse(path: Path, text: str) -> Any:
+    """The YAML document, refusing aliases: `*name` can expand exponentially (billion laughs) or
+    refer to itself, and an entry has nothing to share."""
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent):
+                raise KBError([f"{path}:{event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in a KB file; "
+                               "write the value out"])
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         raise KBError([f"{path}:{line}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+
+
+def load_entry(path: Path, allowed: range = OFFICIAL_RANGE) -> Entry:
+    """Parse and validate one KB file; raise KBError with file:line for every problem."""
+    text = _read(path)
+    data = _parse(path, text)
     if not isinstance(data, dict):
         raise KBError([f"{path}:1: expected a mapping of fields"])
     from pydantic import ValidationError
@@ -256,6 +283,9 @@ def _load_dir(folder: Path, allowed: range) -> tuple[dict[int, Entry], list[str]
         except KBError as exc:
             problems.extend(exc.problems)
             continue
+        except Exception as exc:  # noqa: BLE001 - whatever a hostile file does, it costs its own entry only
+            problems.append(f"{path}:1: cannot load: {type(exc).__name__}: {exc}"[:500])
+            continue
         if entry.errno in entries:
             problems.append(f"{path}:1: errno {entry.errno} defined twice")
             continue
@@ -301,7 +331,11 @@ def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:
             continue
         for d in names:
             if d.name.endswith((".yaml", ".yml")):
-                st = d.stat()
+                try:
+                    st = d.stat()
+                except OSError:  # a dangling or looping link: load() reports it
+                    h.update(f"/{d.name}:?".encode())
+                    continue
                 h.update(f"/{d.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return Path(base) / f"kb-{h.hexdigest()[:24]}.json"
 

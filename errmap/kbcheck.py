@@ -2,39 +2,70 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 from errmap import kb as kbmod
-from errmap.matcher import REGEX_TIMEOUT
 
-# Inputs that make a backtracking pattern blow up: long runs of what \w, \d, \s and . all eat.
-_ADVERSARIAL = ["a" * 5000, "1" * 5000, " " * 5000, "a " * 2500, "'" * 5000, ":" * 5000]
+# Inputs that make a backtracking pattern blow up: long runs of what \w, \d, \s and . all eat, and
+# runs of each character the pattern itself names (`(b|b)+c` blows up only on b's).
+_ADVERSARIAL = ["a", "1", " ", "a ", "'", ":"]
+_META = set("\\()[]{}?*+|^$.")
+SIZE = 5000  # characters of filler in a test line
+CHECK_TIMEOUT = 1.0  # seconds: an exponential pattern exceeds any bound, a linear one is far below
+SLOW_CPU = 0.02  # CPU seconds on one test line above which growth is measured
+
+
+def _fillers(anchor: kbmod.Anchor) -> list[str]:
+    own = {c for c in anchor.regex + (anchor.unless or "") if c.isprintable() and c not in _META}
+    return [*_ADVERSARIAL, *sorted(own - set(_ADVERSARIAL))]
+
+
+def _cost(patterns: list, line: str) -> float | None:
+    """CPU seconds the patterns take on a line (None: timed out). CPU time, not wall time, so a
+    loaded machine does not make a pattern look slow."""
+    t0 = time.process_time()
+    try:
+        for p in patterns:
+            p.search(line, timeout=CHECK_TIMEOUT)
+    except TimeoutError:
+        return None
+    return time.process_time() - t0
 
 
 def slow_anchors(entry: kbmod.Entry) -> list[str]:
-    """Anchors whose pattern takes too long on adversarial lines built around their literals."""
+    """Anchors whose pattern (or guard) backtracks catastrophically or grows faster than linearly
+    on lines built around their literals: timed out on one line, or costing more than SLOW_CPU and
+    over 8 times as much on a line 4 times as long (linear is 4, quadratic 16)."""
     problems = []
     for i, anchor in enumerate(entry.anchors):
+        patterns = [anchor.compiled] + ([anchor.guard] if anchor.guard is not None else [])
+        where = f"{entry.errno}-{entry.slug}: anchor {i + 1}"
         for lit in anchor.literals:
-            for filler in _ADVERSARIAL:
-                line = lit + filler + lit + filler
-                t0 = time.perf_counter()
-                try:
-                    anchor.compiled.search(line, timeout=REGEX_TIMEOUT)
-                    if anchor.guard is not None:
-                        anchor.guard.search(line, timeout=REGEX_TIMEOUT)
-                except TimeoutError:
-                    problems.append(f"{entry.errno}-{entry.slug}: anchor {i + 1} backtracks catastrophically (over {REGEX_TIMEOUT}s on one line)")
+            found = None
+            for unit in _fillers(anchor):
+                filler = unit * (SIZE // len(unit))
+                cost = _cost(patterns, lit + filler + lit + filler)
+                if cost is None:
+                    found = f"{where} backtracks catastrophically (over {CHECK_TIMEOUT}s on one line of {unit!r} runs)"
+                elif cost > SLOW_CPU:
+                    short = filler[: len(filler) // 4]
+                    small = _cost(patterns, lit + short + lit + short)
+                    if small is not None and cost > 8 * max(small, 1e-6):
+                        found = f"{where} is slow on adversarial input (time grows faster than the line on {unit!r} runs)"
+                if found:
+                    problems.append(found)
                     break
-                if time.perf_counter() - t0 > 0.05:
-                    problems.append(f"{entry.errno}-{entry.slug}: anchor {i + 1} is slow on adversarial input")
-                    break
+            if found:
+                break
     return problems
 
 
 def check(user_dirs: list[Path]) -> list[str]:
-    folders = [(kbmod.official_dir(), kbmod.OFFICIAL_RANGE), *((d, kbmod.USER_RANGE) for d in user_dirs)]
+    """Every problem of the official KB and the user folders (`--kb`, then ERRMAP_KB_PATH, as `load` reads them)."""
+    env = [Path(p) for p in os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep) if p]
+    folders = [(kbmod.official_dir(), kbmod.OFFICIAL_RANGE), *((d, kbmod.USER_RANGE) for d in [*user_dirs, *env])]
     entries: dict[int, kbmod.Entry] = {}
     problems: list[str] = []
     for folder, allowed in folders:

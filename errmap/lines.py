@@ -12,8 +12,26 @@ from dataclasses import dataclass
 
 import regex
 
-# CSI sequences (colours, cursor moves), OSC sequences (titles, links) and two-byte escapes.
-ANSI = regex.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# Terminal control sequences (ECMA-48), as bytes of a UTF-8 log: CSI (colours, cursor moves; ESC [
+# or C1 U+009B), control strings (OSC titles and links, DCS, SOS, PM, APC; ESC ] P X ^ _ or their C1
+# forms) up to BEL or ST (or the line's end), every other escape (ESC c resets the terminal, ESC ( 0
+# switches its character set), a lone ESC, and the other C1 controls (U+0080-U+009F).
+_SEQUENCES = (
+    r"(?:\x1b\[|{c1}\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|(?:\x1b[]PX^_]|{c1}[\x90\x98\x9d-\x9f]).*?(?:\x07|\x1b\\|{c1}\x9c|$)"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|{c1}[\x80-\x9f]"
+)
+ANSI = regex.compile(_SEQUENCES.format(c1=r"\xc2").encode(), regex.DOTALL)
+_ANSI_TEXT = regex.compile(_SEQUENCES.format(c1=""), regex.DOTALL)
+# What stays of a control character after its sequences are gone: C0 but tab and newline, DEL, C1.
+_CONTROL = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text safe to print on a terminal: no escape sequence or control character (but tab and newline)."""
+    return _CONTROL.sub("", _ANSI_TEXT.sub("", text))
+
 
 # Each alternative is one kind of prefix; the whole group repeats, so one match call peels
 # "(WorkerDict pid=1, ip=h) [rank3]:[E1202 10:00:00.1 7 x.cpp:9] " in one go (regex keeps every

@@ -9,8 +9,9 @@ anchors' full patterns there. Line numbers come from counting newlines in the sk
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 import regex
@@ -24,6 +25,7 @@ REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
 # Official anchors pass `errmap kb check`'s adversarial timing (a test keeps it so) and the built-in
 # shapes below are linear, so they run without a timeout, which triples a regex call's cost; anchors
 # from a user's KB (errno 9000-9999) keep REGEX_TIMEOUT.
+MAX_TIMEOUTS = 3  # an anchor that times out on this many lines is switched off for the run
 
 # Lines that look like a failure even when no anchor knows them: the last line of a Python
 # traceback, a C++ terminate, a fatal interpreter error, a process killed by a signal (as the shell,
@@ -100,8 +102,11 @@ Event = Match | Unrecognized
 class Matcher:
     """All anchors of a KB compiled once; `scanner()` gives per-source state."""
 
-    def __init__(self, kb: KB):
+    def __init__(self, kb: KB, notice: Callable[[str], None] | None = None):
         self.anchors: list[tuple[Entry, Anchor]] = [(e, a) for e in kb for a in e.anchors]
+        self.timeouts: dict[int, int] = {}  # anchor index -> lines it timed out on
+        self.off: set[int] = set()  # anchors switched off after MAX_TIMEOUTS
+        self.notice = notice or _to_stderr
         literals: dict[bytes, set[int]] = {}
         for i, (_, anchor) in enumerate(self.anchors):
             for lit in anchor.literals:
@@ -128,7 +133,7 @@ class Matcher:
         known = line.quoted  # a guarded look-alike or a quoted source line is not an unknown failure
         for i in sorted(c for c in candidates if c >= 0):
             entry, anchor = self.anchors[i]
-            if entry.errno in seen:
+            if entry.errno in seen or i in self.off:
                 continue
             risky = entry.errno in USER_RANGE
             try:
@@ -137,6 +142,7 @@ class Matcher:
                     known = True
                     continue
             except TimeoutError:
+                self._timed_out(i, line)
                 continue
             if m is not None and breaks and m.start() >= breaks[0] and not any(m.start() < b < m.end() for b in breaks):
                 continue  # wholly inside one continuation line: that line is matched on its own
@@ -157,6 +163,22 @@ class Matcher:
                 caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."
                 events.append(Unrecognized(line, g["type"], message, g["inner"] or (caught and caught[1])))
         return events
+
+
+    def _timed_out(self, i: int, line: Line) -> None:
+        self.timeouts[i] = n = self.timeouts.get(i, 0) + 1
+        if n >= MAX_TIMEOUTS:
+            self.off.add(i)
+            entry, anchor = self.anchors[i]
+            k = entry.anchors.index(anchor) + 1
+            self.notice(f"anchor {k} of {entry.errno} ({entry.slug}) took over {REGEX_TIMEOUT}s on {n} lines "
+                        f"(last {line.path}:{line.lineno}); it is off for the rest of this run. "
+                        f"`errmap kb check` finds such patterns")
+
+
+def _to_stderr(message: str) -> None:
+    sys.stderr.write(f"errmap: knowledge base: {message}\n")
+    sys.stderr.flush()
 
 
 INHERITED = (0, b"")  # a Scanner's `_open` when it starts mid-file: whatever the bytes before left open
@@ -249,7 +271,7 @@ class Scanner:
             raw = block[s:e]
             if ids == _GENERIC_ONLY and not _failure_shaped(raw):
                 continue  # "Error" inside a word or a metric name: no exception line, skip the decoding
-            if b"\x1b" in raw:  # colours are stripped per candidate line: cheap, and literals sit inside messages
+            if b"\x1b" in raw or b"\xc2" in raw:  # escapes (ESC or C1) are stripped per candidate line: cheap, and literals sit inside messages
                 raw = ANSI.sub(b"", raw)
             if _FRAME in ids and (f := FRAME.search(raw)) is not None:
                 # the quoted source line below a frame belongs to it: "path:function  source"

@@ -12,15 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup
 
-from errmap.lines import Line
+from errmap.lines import Line, printable
 from errmap.source import InputError, Source
-from errmap.triage import Incident, Residue, Triage
+from errmap.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 
 JSON_VERSION = 1
 SHOWN_TEXT = 300  # characters of an evidence line shown in text output
 SHOWN_STEPS = 4  # fix steps shown in text output; --verbose and `errmap explain` show all
+
+
+def escape(text: str) -> str:
+    """Text from a log, a path or a KB as rich markup: no markup, no terminal escape or control character."""
+    return _markup(printable(text))
 
 
 def docs_url(errno: int) -> str | None:
@@ -58,7 +63,7 @@ def diagnose(inc: Incident) -> dict[str, Any]:
         "count": inc.count,
         "ranks": sorted(inc.ranks),
         "hosts": sorted(inc.hosts),
-        "files": inc.files,
+        "files": list(inc.files),
         "evidence": [_evidence(line) for line in inc.evidence],
         "captures": caps,
         "summary": e.summary,
@@ -130,6 +135,10 @@ class Report:
             "sources": sources,
             "diagnoses": self.diagnoses,
             "unrecognized": [_residue(r) for r in self.triage.unrecognized()],
+            # lines past the caps on what is kept: of incidents past triage.MAX_PER_CODE of a code,
+            # of unrecognized records past triage.MAX_RESIDUE
+            "omitted": {"diagnoses": [{"errno": n, "lines": c} for n, c in sorted(self.triage.more.items())],
+                        "unrecognized_lines": self.triage.more_residue},
             **({"command": cmd} if (cmd := self.command()) else {}),
         }
 
@@ -235,8 +244,20 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             con.print(f"   [cyan]{escape(_where(_evidence(r.first)))}[/]  {escape(r.first.text.strip()[:SHOWN_TEXT])}{count}")
         if len(shown) < len(residue):
             con.print(f"   [dim]… {len(residue) - len(shown)} more (--verbose lists them)[/]")
+    _print_omitted(con, report.triage)
     if len(tops) > 1 and not verbose and not summary:
         con.print("[dim]Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.[/]")
+
+
+def _print_omitted(con: Console, triage: Triage) -> None:
+    """What the caps on kept incidents and records left out, as counts."""
+    for errno, n in sorted(triage.more.items()):
+        con.print(f"[dim]… and {n:,} more line{'s' if n != 1 else ''} of {errno} with other values "
+                  f"(only the first {MAX_PER_CODE} incidents of a code are kept)[/]")
+    if triage.more_residue:
+        n = triage.more_residue
+        con.print(f"[dim]… and {n:,} more unrecognized error line{'s' if n != 1 else ''} "
+                  f"(only the first {MAX_RESIDUE} distinct ones are kept)[/]")
 
 
 def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, Any]], depth: int = 1) -> None:

@@ -7,7 +7,7 @@ folded under the root cause that the KB says can cause it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import regex
 
@@ -16,7 +16,23 @@ from errmap.lines import Line
 from errmap.matcher import Event, Match, Unrecognized
 
 MAX_EVIDENCE = 5
+# What a triage keeps is bounded whatever the log holds; what it drops it counts.
+MAX_PER_CODE = 20  # incidents kept per code; lines of further distinct incidents are counted
+MAX_RESIDUE = 100  # distinct unrecognized records kept; lines of further ones are counted
+KEPT_TEXT = 4000  # characters kept of a line, a message or a capture
 _NUMBERS = regex.compile(r"\d+")
+_TYPE_COLON = regex.compile(r"(\w+):")
+
+
+def clip(text: str) -> str:
+    return text if len(text) <= KEPT_TEXT else text[:KEPT_TEXT] + " …"
+
+
+def _kept(line: Line) -> Line:
+    """The line as a triage keeps it: its text cut to KEPT_TEXT characters (then marked cut)."""
+    if len(line.raw) <= KEPT_TEXT and len(line.text) <= KEPT_TEXT:
+        return line
+    return replace(line, raw=clip(line.raw), text=clip(line.text), cut=True)
 
 
 @dataclass
@@ -30,7 +46,7 @@ class Incident:
     last: Line | None = None
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
-    files: list[str] = field(default_factory=list)
+    files: dict[str, None] = field(default_factory=dict)  # in order of appearance
     cause: Incident | None = None  # for a consequence: the root incident it is folded under
     consequences: list[Incident] = field(default_factory=list)
 
@@ -42,13 +58,12 @@ class Incident:
         self.count += line.repeat
         self.last = line
         if len(self.evidence) < MAX_EVIDENCE:
-            self.evidence.append(line)
+            self.evidence.append(_kept(line))
         if line.rank is not None:
             self.ranks.add(line.rank)
         if line.host:
             self.hosts.add(line.host)
-        if line.path not in self.files:
-            self.files.append(line.path)
+        self.files[line.path] = None
 
 
 @dataclass
@@ -67,29 +82,43 @@ class Residue:
 class Triage:
     incidents: dict[tuple, Incident] = field(default_factory=dict)
     residue: dict[tuple, Residue] = field(default_factory=dict)
+    more: dict[int, int] = field(default_factory=dict)  # errno -> lines of incidents past MAX_PER_CODE
+    more_residue: int = 0  # lines of unrecognized records past MAX_RESIDUE
+    _per_code: dict[int, int] = field(default_factory=dict)
     _events: int = 0
 
     def add(self, event: Event) -> Incident | Residue | None:
         """Record one event; return the incident or residue if this event opened it."""
         self._events += 1
         if isinstance(event, Unrecognized):
-            key = (event.type, _NUMBERS.sub("N", event.message[:200]))
-            fresh = key not in self.residue
-            if fresh:
-                self.residue[key] = Residue(event.type, event.message, event.line, self._events, event.inner)
-            self.residue[key].count += event.line.repeat
-            return self.residue[key] if fresh else None
+            key = (event.type[:200], _NUMBERS.sub("N", event.message[:200]))
+            r = self.residue.get(key)
+            if r is None:
+                if len(self.residue) >= MAX_RESIDUE:
+                    self.more_residue += event.line.repeat
+                    return None
+                r = self.residue[key] = Residue(clip(event.type), clip(event.message), _kept(event.line), self._events,
+                                                event.inner and clip(event.inner))
+                r.count = event.line.repeat
+                return r
+            r.count += event.line.repeat
+            return None
         return self._add_match(event)
 
     def _add_match(self, m: Match) -> Incident | None:
         e = m.entry
-        fp = (e.errno, *(m.captures.get(k) for k in e.key))
+        caps = {k: clip(v) for k, v in m.captures.items()}
+        fp = (e.errno, *(caps.get(k) for k in e.key))
         inc = self.incidents.get(fp)
         fresh = inc is None
         if inc is None:
-            inc = self.incidents[fp] = Incident(e, fp, dict(m.captures), self._events)
+            if self._per_code.get(e.errno, 0) >= MAX_PER_CODE:
+                self.more[e.errno] = self.more.get(e.errno, 0) + m.line.repeat
+                return None
+            self._per_code[e.errno] = self._per_code.get(e.errno, 0) + 1
+            inc = self.incidents[fp] = Incident(e, fp, caps, self._events)
         else:
-            for k, v in m.captures.items():  # a later variant may carry values the first lacked
+            for k, v in caps.items():  # a later variant may carry values the first lacked
                 inc.captures.setdefault(k, v)
         inc.add(m.line)
         return inc if fresh else None
@@ -104,26 +133,29 @@ class Triage:
         incidents = sorted(self.incidents.values(), key=lambda i: i.order)
         for inc in incidents:
             inc.cause, inc.consequences = None, []
-        roots = [i for i in incidents if i.entry.role == "root"]
+        roots: dict[int, list[Incident]] = {}  # errno -> its root incidents, earliest first
         for inc in incidents:
-            for r in roots:
-                if r.entry.errno in inc.entry.caused_by and not _under(r, inc):
-                    inc.cause = r
-                    r.consequences.append(inc)
-                    break
+            if inc.entry.role == "root":
+                roots.setdefault(inc.entry.errno, []).append(inc)
+        for inc in incidents:
+            causes = (next((r for r in roots.get(c, ()) if not _under(r, inc)), None) for c in inc.entry.caused_by)
+            cause = min((r for r in causes if r is not None), key=lambda r: r.order, default=None)
+            if cause is not None:
+                inc.cause = cause
+                cause.consequences.append(inc)
         # A failure known only from a traceback's frames (its message line cut) ranks after failures
         # whose message was read, one printed only inside INFO/WARNING records (a skipped step) after
         # failures printed as errors; otherwise the earliest comes first.
-        top = sorted((i for i in roots if i.cause is None),
+        top = sorted((i for i in incidents if i.entry.role == "root" and i.cause is None),
                      key=lambda i: (all(x.frame for x in i.evidence), all(x.quiet for x in i.evidence), i.order))
         loose = [i for i in incidents if i.entry.role == "consequence" and i.cause is None]
         return [x for r in top for x in (r, *_descendants(r))] + loose
 
     def unrecognized(self) -> list[Residue]:
         """Residue in order, without wrappers (`RayTaskError(KeyError): ...`) whose wrapped error was diagnosed."""
-        diagnosed = " ".join(line.text for inc in self.incidents.values() for line in inc.evidence)
+        diagnosed = {t for inc in self.incidents.values() for line in inc.evidence for t in _TYPE_COLON.findall(line.text)}
         return sorted(
-            (r for r in self.residue.values() if not (r.inner and f"{r.inner.rsplit('.', 1)[-1]}:" in diagnosed)),
+            (r for r in self.residue.values() if not (r.inner and r.inner.rsplit(".", 1)[-1] in diagnosed)),
             key=lambda r: r.order,
         )
 

@@ -237,16 +237,21 @@ def decide(entry: Entry, captures: dict[str, str], facts: dict[str, Fact]) -> Ve
 
 
 def probe_options(fn):
-    """--probe, --data FILE and --model DIR, for scan and watch."""
+    """--probe, --data FILE and --model DIR, for scan and watch; --data or --model implies --probe."""
+    import functools
+
     import click
 
-    fn = click.option("--model", "model_dir", type=click.Path(), metavar="DIR",
-                      help="With --probe: the model folder to check (else actor_rollout_ref.model.path in the log).")(fn)
-    fn = click.option("--data", "data_file", type=click.Path(), metavar="FILE",
-                      help="With --probe: the parquet file to check (else data.train_files in the log).")(fn)
-    fn = click.option("--probe", is_flag=True,
-                      help="Confirm or refute each diagnosis on this machine (verdict and probed facts).")(fn)
-    return fn
+    @functools.wraps(fn)
+    def probing(*args, probe: bool = False, data_file: str | None = None, model_dir: str | None = None, **kwargs):
+        return fn(*args, probe=probe or bool(data_file or model_dir), data_file=data_file, model_dir=model_dir, **kwargs)
+
+    cmd = click.option("--model", "model_dir", type=click.Path(), metavar="DIR",
+                       help="The model folder to check (implies --probe; else actor_rollout_ref.model.path in the log).")(probing)
+    cmd = click.option("--data", "data_file", type=click.Path(), metavar="FILE",
+                       help="The parquet or JSON lines file to check (implies --probe; else data.train_files in the log).")(cmd)
+    return click.option("--probe", is_flag=True,
+                        help="Confirm or refute each diagnosis on this machine (verdict and probed facts).")(cmd)
 
 
 def sniff(sources) -> Any:

@@ -57,15 +57,19 @@ def parse_overrides(args: list[str] | tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def first_file(value: str | None) -> str | None:
-    """The first file of a data.train_files value: a path, or a list like ['a.parquet', 'b.parquet']."""
+def all_files(value: str | None) -> list[str]:
+    """Every file of a data.train_files value: a path, or a list like ['a.parquet', 'b.parquet']."""
     if not value:
-        return None
+        return []
     value = value.strip()
     if value.startswith("[") and value.endswith("]"):
-        items = [_clean(v) for v in value[1:-1].split(",") if v.strip()]
-        return items[0] if items else None
-    return _clean(value)
+        return [c for v in value[1:-1].split(",") if (c := _clean(v))]
+    return [c] if (c := _clean(value)) else []
+
+
+def first_file(value: str | None) -> str | None:
+    """The first file of a data.train_files value."""
+    return next(iter(all_files(value)), None)
 
 
 class ConfigSniffer:

@@ -1,6 +1,6 @@
-"""File probes: the parquet data file and the model and checkpoint folders a run reads.
+"""File probes: the data file (parquet or JSON lines) and the model and checkpoint folders a run reads.
 
-Parquet is read with pyarrow, schema first (no data), and only the one column a probe needs.
+Data is read with pyarrow, schema first (no data), and only the one column a probe needs.
 The model folder is read as plain JSON: no tokenizer library is loaded.
 """
 
@@ -32,18 +32,71 @@ def _data_path(ctx) -> Path:
     return Path(os.path.expandvars(str(raw).strip("'\""))).expanduser()
 
 
-def _parquet(ctx):
-    """(pyarrow.parquet, path) for a readable parquet file; Unknown with the reason otherwise."""
+JSON_SUFFIXES = (".jsonl", ".json")
+JSON_BLOCK = 16 << 20  # bytes pyarrow reads of a JSON lines file at a time; the schema comes from the first
+
+
+class _Table:
+    """A data file read with pyarrow: parquet (schema from the footer) or JSON lines (schema from
+    the first block, as `datasets` infers it). Each method raises Unknown with the reason."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.json = path.name.endswith(JSON_SUFFIXES)
+        self.kind = "JSON lines" if self.json else "parquet"
+
+    def _fail(self, exc: Exception):
+        hint = " (pyarrow reads JSON lines: one object per line, not one JSON array)" if self.json else ""
+        return Unknown(f"not a readable {self.kind} file: {self.path}: {exc}{hint}"[:300])
+
+    def _open_json(self):
+        import pyarrow.json as pj
+
+        return pj.open_json(self.path, read_options=pj.ReadOptions(block_size=JSON_BLOCK))
+
+    def schema(self):
+        try:
+            if self.json:
+                return self._open_json().schema
+            import pyarrow.parquet as pq
+
+            return pq.read_schema(self.path)
+        except Exception as exc:
+            raise self._fail(exc) from None
+
+    def column(self, key: str, batch_size: int):
+        """The values of one column, a list per batch."""
+        if key not in self.schema().names:
+            raise Unknown(f"{self.path} has no {key} column")
+        try:
+            if self.json:
+                for batch in self._open_json():
+                    yield batch.column(key).to_pylist()
+                return
+            import pyarrow.parquet as pq
+
+            for batch in pq.ParquetFile(self.path).iter_batches(columns=[key], batch_size=batch_size):
+                yield batch.column(0).to_pylist()
+        except Unknown:
+            raise
+        except Exception as exc:
+            raise self._fail(exc) from None
+
+
+def _table(ctx) -> _Table:
+    """The data file as a table; Unknown with the reason when it cannot be read."""
     path = _data_path(ctx)
     if not path.exists():
         raise Unknown(f"file not found: {path}")
     if path.is_dir():
-        raise Unknown(f"{path} is a directory, not a parquet file")
+        raise Unknown(f"{path} is a directory, not a data file")
+    if path.name.endswith((".arrow", ".csv")):
+        raise Unknown(f"{path}: the probes read parquet and JSON lines files only")
     try:
-        import pyarrow.parquet as pq
+        import pyarrow  # noqa: F401
     except ImportError:
         raise Unknown("pyarrow not installed") from None
-    return pq, path
+    return _Table(path)
 
 
 @probe("data.file", timeout=5, uses=("data", "captures"))
@@ -70,13 +123,10 @@ def data_file(ctx):
 
 @probe("data.columns", timeout=15, uses=("data", "captures"))
 def data_columns(ctx):
-    """Column names and their Arrow types, from the parquet footer (no rows are read)."""
-    pq, path = _parquet(ctx)
-    try:
-        schema = pq.read_schema(path)
-    except Exception as exc:
-        raise Unknown(f"not a readable parquet file: {path}: {exc}"[:300]) from None
-    return via({f.name: str(f.type) for f in schema}, "pyarrow schema")
+    """Column names and their Arrow types: from the parquet footer (no rows are read), or as
+    pyarrow infers them from the first block of a JSON lines file."""
+    t = _table(ctx)
+    return via({f.name: str(f.type) for f in t.schema()}, f"pyarrow schema ({t.kind})")
 
 
 def chat_type(arrow_type) -> bool:
@@ -95,12 +145,9 @@ def chat_type(arrow_type) -> bool:
 @probe("data.prompt_format", timeout=15, uses=("data", "captures", "config"))
 def data_prompt_format(ctx):
     """Whether the prompt column (data.prompt_key) holds lists of {role, content} chat messages."""
-    pq, path = _parquet(ctx)
+    table = _table(ctx)
     key = ctx.setting("data.prompt_key", "prompt")
-    try:
-        schema = pq.read_schema(path)
-    except Exception as exc:
-        raise Unknown(f"not a readable parquet file: {path}: {exc}"[:300]) from None
+    schema = table.schema()
     if key not in schema.names:
         return via({"column": key, "present": False, "chat": False}, "pyarrow schema")
     t = schema.field(key).type
@@ -110,17 +157,11 @@ def data_prompt_format(ctx):
 @probe("data.data_source", timeout=30, uses=("data", "captures", "config"))
 def data_data_source(ctx):
     """Distinct values of the data_source column (data.reward_fn_key), the first 50."""
-    pq, path = _parquet(ctx)
+    table = _table(ctx)
     key = ctx.setting("data.reward_fn_key", "data_source")
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:
-        raise Unknown(f"not a readable parquet file: {path}: {exc}"[:300]) from None
-    if key not in pf.schema_arrow.names:
-        raise Unknown(f"{path} has no {key} column")
     seen: list[str] = []
-    for batch in pf.iter_batches(columns=[key], batch_size=65536):
-        for value in batch.column(0).unique().to_pylist():
+    for values in table.column(key, batch_size=65536):
+        for value in values:
             if value not in seen:
                 seen.append(value)
                 if len(seen) >= MAX_SOURCES:
@@ -291,7 +332,7 @@ def data_prompt_tokens(ctx):
 
     The chat template adds tokens around each message, so these counts are a lower bound of what
     the trainer measures: a count above data.max_prompt_length is certain to be too long."""
-    pq, path = _parquet(ctx)
+    table = _table(ctx)
     key = ctx.setting("data.prompt_key", "prompt")
     mdir = _model_dir(ctx)
     tj = mdir / "tokenizer.json"
@@ -302,17 +343,14 @@ def data_prompt_tokens(ctx):
     except ImportError:
         raise Unknown("the tokenizers package is not installed") from None
     tok = Tokenizer.from_file(str(tj))
-    pf = pq.ParquetFile(path)
-    if key not in pf.schema_arrow.names:
-        raise Unknown(f"{path} has no {key} column")
     counts: list[int] = []
-    for batch in pf.iter_batches(columns=[key], batch_size=500):
-        texts = [_text_of(p) for p in batch.column(0).to_pylist()]
+    for values in table.column(key, batch_size=500):
+        texts = [_text_of(p) for p in values[: 2000 - len(counts)]]
         counts += [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
         if len(counts) >= 2000:
             break
     if not counts:
-        raise Unknown(f"{path} has no rows")
+        raise Unknown(f"{table.path} has no rows")
     counts.sort()
     return via({"rows": len(counts), "max": counts[-1], "p50": counts[len(counts) // 2],
                 "p99": counts[min(len(counts) - 1, int(len(counts) * 0.99))]}, "tokenizers (text only: a lower bound)")

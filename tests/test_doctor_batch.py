@@ -1,0 +1,36 @@
+"""doctor predicts 1039 from the batch keys, by verl's own divisibility rules (FSDP actor)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import errmap
+
+MINI = "actor_rollout_ref.actor.ppo_mini_batch_size"
+MICRO = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+
+
+def batch_warnings(*overrides: str) -> list[str]:
+    doc = json.loads(errmap("doctor", "--format", "json", "--", *overrides, timeout=300).stdout)
+    return [w["says"] for w in doc["warnings"] if w["errno"] == 1039]
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["data.train_batch_size=12", f"{MINI}=8"], "real_train_batch_size 12 (train_batch_size=12 × n=1 (verl default)) is not divisible by the 8 GPUs"),
+    (["data.train_batch_size=16", f"{MINI}=32"], "train_batch_size=16 is smaller than ppo_mini_batch_size=32"),
+    (["data.train_batch_size=64", f"{MINI}=4"], "ppo_mini_batch_size=4 × n=1 (verl default) over 8 data-parallel ranks is 0 per GPU"),
+    (["data.train_batch_size=64", f"{MINI}=64", "actor_rollout_ref.rollout.n=5", f"{MICRO}=16"],
+     "the per-GPU mini-batch (ppo_mini_batch_size=64 × n=5 / 8 ranks = 40) is not divisible by ppo_micro_batch_size_per_gpu=16"),
+    (["data.train_batch_size=6", f"{MINI}=6", "trainer.n_gpus_per_node=2", "trainer.nnodes=2", f"{MICRO}=1"],
+     "real_train_batch_size 6 (train_batch_size=6 × n=1 (verl default)) is not divisible by the 4 GPUs"),
+])
+def test_each_rule(overrides, says):
+    found = batch_warnings(*overrides)
+    assert len(found) == 1 and found[0].startswith(says), found
+
+
+def test_valid_batches_and_megatron_give_nothing():
+    assert batch_warnings("data.train_batch_size=64", f"{MINI}=16", f"{MICRO}=2", "actor_rollout_ref.rollout.n=4") == []
+    assert batch_warnings("data.train_batch_size=12", "actor_rollout_ref.actor.strategy=megatron") == []
