@@ -340,12 +340,15 @@ def docs_group() -> None:
 @click.option("--out", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Folder of the built site (default: site/ of the checkout).")
 def docs_build(out: str | None) -> None:
-    """Build the site, strictly: a broken link or a KB problem fails it (needs the docs extra)."""
-    from errmap.docs import build
+    """Build the site, strictly: a broken link or a KB problem fails it (needs the docs extra).
+
+    DIR must be new, empty or an earlier errmap site: errmap never deletes files it did not write.
+    """
+    from errmap.docs import SiteRefused, build
 
     try:
         sys.exit(build(Path(out) if out else None))
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, SiteRefused) as exc:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(str(exc))}")
         sys.exit(EXIT_INPUT)
 

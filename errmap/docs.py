@@ -389,22 +389,93 @@ def on_files(files, config):
 # ---------------------------------------------------------------- commands
 
 
+MARKER = ".errmap-site"  # in a built site: every path errmap wrote there, one a line
+
+
+def _written(site: Path) -> set[str]:
+    """The paths a build wrote into `site`, from its marker; empty when it has none."""
+    try:
+        return set((site / MARKER).read_text(encoding="utf-8").splitlines()[1:])
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
+def _paths(site: Path) -> list[str]:
+    """Every file, folder and link under `site`, relative, links not followed; not the dot-files at
+    its top (the marker among them), which neither MkDocs nor errmap touches."""
+    found = []
+    for top, dirs, files in os.walk(site):
+        rel = Path(top).relative_to(site)
+        found += [(rel / name).as_posix() for name in [*dirs, *files]]
+    return [p for p in found if not p.startswith(".")]
+
+
+class SiteRefused(Exception):
+    """The output folder holds something errmap did not write: it is left as it is."""
+
+
+def check_out(site: Path) -> None:
+    """Refuse a folder a build would change unless it is empty or holds only an earlier errmap site."""
+    if not site.exists():
+        return
+    if not site.is_dir():
+        raise SiteRefused(f"{site} is not a folder")
+    written = _written(site)
+    foreign = [p for p in _paths(site) if p not in written]
+    if foreign:
+        kind = "an earlier errmap site with files added" if written else "not empty and not an errmap site"
+        raise SiteRefused(f"{site} is {kind} (e.g. {foreign[0]}); nothing was changed: give a new or empty folder")
+
+
+def _install(built: Path, site: Path) -> None:
+    """Replace the earlier site in `site` (only what errmap wrote) with the one just built."""
+    site.mkdir(parents=True, exist_ok=True)
+    old = sorted(_written(site), key=lambda p: p.count("/"), reverse=True)  # deepest first
+    for rel in old:
+        path = site / rel
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    for entry in sorted(built.iterdir()):
+        os.replace(entry, site / entry.name)
+    tmp = site / (MARKER + ".tmp")
+    tmp.write_text("\n".join(["errmap docs site: errmap wrote these paths and a rebuild replaces them", *_paths(site)]) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, site / MARKER)
+
+
 def build(out: Path | None = None, strict: bool = True) -> int:
-    """Build the site with MkDocs (strict: any warning, e.g. a broken link, fails it); the exit status."""
+    """Build the site with MkDocs (strict: any warning, e.g. a broken link, fails it); the exit status.
+
+    MkDocs empties its output folder first, so it builds into a new folder beside `out`, and the
+    result replaces what an earlier build wrote: a folder holding anything else is refused
+    (SiteRefused) before anything is built, and a failed build changes nothing.
+    """
+    import tempfile
+
     root = checkout()
+    site = Path(out).resolve() if out is not None else root / "site"
+    check_out(site)
     try:
         import material  # noqa: F401
         import mkdocs  # noqa: F401
     except ImportError:
         print("errmap docs build needs the docs extra: pip install -e '.[docs]'", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / CONFIG)]
-    if out is not None:
-        cmd += ["--site-dir", str(Path(out).resolve())]
-    if strict:
-        cmd.append("--strict")
-    # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
-    return subprocess.call(cmd, cwd=root, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    site.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".errmap-build-", dir=site.parent) as tmp:
+        built = Path(tmp) / "site"
+        cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / CONFIG), "--site-dir", str(built)]
+        if strict:
+            cmd.append("--strict")
+        # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
+        status = subprocess.call(cmd, cwd=root, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        if status == 0:
+            check_out(site)  # nothing was added while it built
+            _install(built, site)
+            print(f"errmap: the site is in {site}", file=sys.stderr)
+    return status
 
 
 def serve(site: Path, port: int = 8000) -> None:

@@ -249,6 +249,35 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+def test_build_never_deletes_a_users_files(tmp_path):
+    out = tmp_path / "p"
+    (out / "thesis").mkdir(parents=True)
+    (out / "thesis" / "ch1.tex").write_text("only-copy\n", encoding="utf-8")
+    proc = errmap("docs", "build", "--out", str(out))
+    assert proc.returncode == 2
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "not an errmap site" in err and "thesis" in err, err
+    assert (out / "thesis" / "ch1.tex").read_text(encoding="utf-8") == "only-copy\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # nothing built beside it either
+
+
+def test_rebuild_replaces_only_an_earlier_site(site):
+    needs_mkdocs()
+    written = set((site / docs.MARKER).read_text(encoding="utf-8").splitlines()[1:])
+    assert "errno/1012/index.html" in written and "index.html" in written
+    (site / "errno" / "1012" / "index.html").write_text("stale", encoding="utf-8")
+    (site / ".keep").write_text("hidden", encoding="utf-8")  # MkDocs never deletes a dot-file at the top
+    proc = errmap("docs", "build", "--out", str(site), timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert ">1012 · " in (site / "errno" / "1012" / "index.html").read_text(encoding="utf-8")
+    assert (site / ".keep").read_text(encoding="utf-8") == "hidden"
+    (site / "errno" / "notes.txt").write_text("mine", encoding="utf-8")
+    proc = errmap("docs", "build", "--out", str(site))
+    assert proc.returncode == 2 and "errno/notes.txt" in proc.stderr.decode()
+    assert (site / "errno" / "notes.txt").read_text(encoding="utf-8") == "mine"
+    (site / "errno" / "notes.txt").unlink()
+
+
 def test_build_has_a_page_per_kb_file(site):
     for f in kb_files():
         errno = f.name.split("-", 1)[0]
