@@ -246,21 +246,36 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: t
 
 
 @main.command()
-@click.argument("code")
+@click.argument("query")
 @format_option()
-def explain(code: str, fmt: str) -> None:
-    """Explain an error code (1012) or slug (triton-shared-memory)."""
-    from errmap.explain import print_entry
+@kb_option
+def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
+    """Explain an error code (1012), a slug (triton-shared-memory), or a pasted message or log line.
 
-    kb = _load_kb(())
-    entry = kb.get(code)
-    if entry is None:
-        _console(stderr=True).print(f"[bold red]errmap:[/] no code {escape(code)}; `errmap list` shows them all")
+    errmap explain 'CUDA error: no kernel image is available for execution on the device'
+    """
+    from errmap.explain import lookup, print_entry
+
+    kb = _load_kb(kb_dirs)
+    matcher = Matcher(kb)
+    found = lookup(query, kb, matcher)
+    err = _console(stderr=True)
+    others = ", ".join(f"{e.errno} {e.slug}" for e in found.others)
+    if found.entry is None:
+        hint = f"did you mean {others}?" if found.others else "`errmap list` shows every code"
+        what = f"no code {query.strip()}" if query.strip().isdigit() else f"no code, slug or known message in {query!r}"
+        err.print(f"[bold red]errmap:[/] {escape(what)}; {escape(hint)}")
         sys.exit(EXIT_INPUT)
+    e = found.entry
+    if found.how == "message":
+        err.print(f"[dim]errmap: the text matches {e.errno} {e.slug}" + (f"; it also matches {others}" if others else "") + "[/]")
+    elif found.how == "words":
+        err.print(f"[dim]errmap: no message matched; the closest by its words is {e.errno} {e.slug}"
+                  + (f" (also close: {others})" if others else "") + "[/]")
     if fmt == "json":
-        click.echo(json.dumps(entry.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(e.to_dict(), indent=2, ensure_ascii=False))
     else:
-        print_entry(_console(), entry, kb, Matcher(kb))
+        print_entry(_console(), e, kb, matcher)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -293,9 +308,10 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
 
 @main.command("list")
 @format_option()
-def list_cmd(fmt: str) -> None:
-    """List every error code with its title."""
-    kb = _load_kb(())
+@kb_option
+def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
+    """List every error code with its title (your own entries too: --kb, ERRMAP_KB_PATH)."""
+    kb = _load_kb(kb_dirs)
     if fmt == "json":
         click.echo(json.dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb], indent=2))
         return

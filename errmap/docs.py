@@ -269,6 +269,8 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     out += [f"{i}. {prose(step, names)}" for i, step in enumerate(e.fix, 1)] + [""]
 
     section()
+    if not e.links:
+        out.append("None recorded.")
     for link in e.links:
         fixed = f" (fixed in {text(link.fixed_in)})" if link.fixed_in else ""
         out.append(f"- **{link.kind}** {_link(link.url, link.title)}{fixed}")

@@ -134,6 +134,71 @@ def probe_lines(e: Entry) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]
     return [(p, PROBES.get(p, "")) for p in e.probes], [(c.verdict, c.says) for c in e.checks]
 
 
+# ---------------------------------------------------------------- finding the entry
+
+
+@dataclass(frozen=True)
+class Found:
+    """What `errmap explain QUERY` found: the entry, how, and the other close codes."""
+
+    entry: Entry | None
+    how: str  # "code" (an errno or slug), "message" (the matcher), "words" (closest words), "" (none)
+    others: tuple[Entry, ...] = ()
+
+
+WORDS_NEEDED = 0.6  # the share of a query's weight an entry's words must hold to be shown as its answer
+
+
+def _words(value: str) -> list[str]:
+    from errmap.docs import SEARCH_SEPARATOR, _EDGE
+
+    out = (w.strip(_EDGE + "'") for w in SEARCH_SEPARATOR.split(value.lower()))
+    return [w for w in out if len(w) >= 2 and not w.isdigit()]
+
+
+def by_words(query: str, kb: KB) -> list[tuple[float, Entry]]:
+    """Entries by the share of the query's words (each weighed by its rarity in the KB) that their
+    title, slug and messages hold; a query word counts when it begins one of theirs, as in the site's search."""
+    import math
+
+    from errmap.docs import search_words
+
+    vocab = {e.errno: set(search_words(e)) | set(_words(e.title)) | set(e.slug.split("-")) for e in kb}
+    words = list(dict.fromkeys(_words(query)))
+    has = {w: {n for n, v in vocab.items() if any(x.startswith(w) for x in v)} for w in words}
+    weight = {w: math.log((len(vocab) + 1) / (len(has[w]) + 0.5)) for w in words}
+    total = sum(weight.values()) or 1.0
+    scored = [(sum(weight[w] for w in words if e.errno in has[w]) / total, e) for e in kb]
+    return sorted((x for x in scored if x[0] > 0), key=lambda x: (-x[0], x[1].errno))
+
+
+def lookup(query: str, kb: KB, matcher) -> Found:
+    """A code or slug; else the codes errmap's matcher gives the text read as a log, root cause
+    first; else the entry whose words the query holds; else none, with the closest codes."""
+    import difflib
+
+    from errmap.matcher import scan_chunks
+    from errmap.scan import feed
+    from errmap.triage import Triage
+
+    if (e := kb.get(query)) is not None:
+        return Found(e, "code")
+    triage = Triage()
+    feed(triage, scan_chunks(matcher, "<query>", [query.encode("utf-8", "replace") + b"\n"]))
+    found = list({inc.entry.errno: inc.entry for inc in triage.ranked()}.values())
+    if found:
+        return Found(found[0], "message", tuple(found[1:]))
+    token = query.strip().lower()
+    if token and " " not in token:
+        near = difflib.get_close_matches(token, [e.slug for e in kb], n=3, cutoff=0.6)
+        if near:
+            return Found(None, "", tuple(kb.get(s) for s in near))
+    scored = by_words(query, kb)
+    if scored and scored[0][0] >= WORDS_NEEDED and (len(scored) == 1 or scored[0][0] > scored[1][0]):
+        return Found(scored[0][1], "words", tuple(e for score, e in scored[1:3] if score >= WORDS_NEEDED))
+    return Found(None, "", tuple(e for _, e in scored[:3]))
+
+
 def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> None:
     head = iter(SECTIONS)
 
@@ -176,6 +241,8 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     for i, step in enumerate(e.fix, 1):
         con.print(f"  {i}. {escape(e.fill(step))}")
     section()
+    if not e.links:
+        con.print("  [dim]None recorded.[/]")
     for link in e.links:
         fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""
         con.print(f"  [dim]{link.kind:<7}[/] {escape(link.url)}\n          {escape(link.title)}{escape(fixed)}")
