@@ -355,7 +355,8 @@ def docs_group() -> None:
 @docs_group.command("build")
 @click.option("--out", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Folder of the built site (default: site/ of the checkout).")
-def docs_build(out: str | None) -> None:
+@kb_option
+def docs_build(out: str | None, kb_dirs: tuple[str, ...]) -> None:
     """Build the site, strictly: a broken link or a KB problem fails it (needs the docs extra).
 
     DIR must be new, empty or an earlier errmap site: errmap never deletes files it did not write.
@@ -363,7 +364,7 @@ def docs_build(out: str | None) -> None:
     from errmap.docs import SiteRefused, build
 
     try:
-        sys.exit(build(Path(out) if out else None))
+        sys.exit(build(Path(out) if out else None, kb_dirs=kb_dirs))
     except (FileNotFoundError, SiteRefused) as exc:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(str(exc))}")
         sys.exit(EXIT_INPUT)

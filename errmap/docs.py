@@ -3,7 +3,7 @@
 This file is also the MkDocs hook named in mkdocs.yml: `on_config` puts the codes into the
 navigation and `on_files` adds the generated pages (errno/index.md, errno/<n>/index.md), so
 `mkdocs build --strict` and `errmap docs build` give the same site and no page is written by hand.
-The sections of a page are `errmap.explain.SECTIONS`, filled by the same helpers as `errmap explain`.
+The sections of a page are `errmap.explain.HEADINGS`, filled by the same helpers as `errmap explain`.
 
 Everything taken from a KB entry or a log is HTML-escaped, and the characters Markdown would read
 as markup become character references, so a log line prints as written and never as markup.
@@ -219,10 +219,67 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     """The Markdown of one code's page, section by section as `errmap explain` prints them."""
     import json
 
-    from errmap.explain import MANY, SECTIONS, find_example, probe_lines, related_groups
+    from errmap.explain import HEADINGS, MANY, find_example, probe_lines, related_groups
 
     names = e.captures
-    heads = iter(SECTIONS)
+
+    def means() -> list[str]:
+        return [prose(e.summary), ""] + ([f"**Applies to:** {prose(e.applies_to)}", ""] if e.applies_to else [])
+
+    def fix() -> list[str]:
+        return [f"{i}. {prose(step, names)}" for i, step in enumerate(e.fix, 1)] + [""]
+
+    def why() -> list[str]:
+        return [prose(e.cause, names), ""]
+
+    def links() -> list[str]:
+        out = [] if e.links else ["None recorded."]
+        for link in e.links:
+            fixed = f" (fixed in {text(link.fixed_in)})" if link.fixed_in else ""
+            out.append(f"- **{link.kind}** {_link(link.url, link.title)}{fixed}")
+        return out + [""]
+
+    def example() -> list[str]:
+        found = find_example(e, matcher, fixtures)
+        if found is None:
+            return ["No example log is recorded for this code yet; the messages below are what errmap looks for.", ""]
+        return [example_html(found), ""]
+
+    def related() -> list[str]:
+        out = []
+        groups = related_groups(e, kb)
+        if not groups:
+            out += ["None.", ""]
+        for label, items in groups:
+            if len(items) > MANY:
+                out += [f"**{label}:** " + ", ".join(f"[{n}](../{n}/index.md)" for n, _ in items), ""]
+                continue
+            out += [f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
+        return out
+
+    def confirms() -> list[str]:
+        probes, checks = probe_lines(e)
+        if not probes:
+            return ["No probe: the message in the log decides alone.", ""]
+        out = ["`errmap scan --probe` reads these facts from the machine the run failed on:", ""]
+        out += [f"- {_code(name)}: {text(what)}" for name, what in probes] + [""]
+        return out + [f"- **{verdict}** when {prose(says)}" for verdict, says in checks] + ([""] if checks else [])
+
+    def messages() -> list[str]:
+        out = []
+        for a in e.anchors:
+            lits = " or ".join(_code(lit) for lit in a.literals)
+            rules = "".join(
+                f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
+                for label, value in (("only inside a traceback with a frame matching", a.frame), ("not on a line matching", a.unless))
+                if value
+            )
+            out.append(f"- {lits}, printed by {_source(a.source)}<br>"
+                       f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>{rules}')
+        return out + [""]
+
+    body = {"means": means, "fix": fix, "why": why, "links": links, "example": example,
+            "related": related, "confirms": confirms, "messages": messages}
     out = [
         "---",
         # JSON is YAML: every message is quoted and escaped whatever characters it holds.
@@ -234,67 +291,8 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         f'<p class="errmap-meta"><code>{e.slug}</code> · {html.escape(e.group)} · {ROLE.get(e.role, e.role)}</p>',
         "",
     ]
-
-    def section() -> None:
-        out.extend([f"## {next(heads)}", ""])
-
-    section()
-    out += [prose(e.summary), ""]
-    if e.applies_to:
-        out += [f"**Applies to:** {prose(e.applies_to)}", ""]
-
-    section()
-    example = find_example(e, matcher, fixtures)
-    if example is None:
-        out += ["No example log is recorded for this code yet; the messages below are what errmap looks for.", ""]
-    else:
-        out += [example_html(example), ""]
-
-    section()
-    for a in e.anchors:
-        lits = " or ".join(_code(lit) for lit in a.literals)
-        rules = "".join(
-            f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
-            for label, value in (("only inside a traceback with a frame matching", a.frame), ("not on a line matching", a.unless))
-            if value
-        )
-        out.append(f"- {lits}, printed by {_source(a.source)}<br>"
-                   f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>{rules}')
-    out.append("")
-
-    section()
-    out += [prose(e.cause, names), ""]
-
-    section()
-    out += [f"{i}. {prose(step, names)}" for i, step in enumerate(e.fix, 1)] + [""]
-
-    section()
-    if not e.links:
-        out.append("None recorded.")
-    for link in e.links:
-        fixed = f" (fixed in {text(link.fixed_in)})" if link.fixed_in else ""
-        out.append(f"- **{link.kind}** {_link(link.url, link.title)}{fixed}")
-    out.append("")
-
-    section()
-    probes, checks = probe_lines(e)
-    if not probes:
-        out += ["No probe: the message in the log decides alone.", ""]
-    else:
-        out += ["`errmap scan --probe` reads these facts from the machine the run failed on:", ""]
-        out += [f"- {_code(name)}: {text(what)}" for name, what in probes] + [""]
-        out += [f"- **{verdict}** when {prose(says)}" for verdict, says in checks] + ([""] if checks else [])
-
-    section()
-    groups = related_groups(e, kb)
-    if not groups:
-        out += ["None.", ""]
-    for label, items in groups:
-        if len(items) > MANY:
-            links = ", ".join(f"[{n}](../{n}/index.md)" for n, _ in items)
-            out += [f"**{label}:** {links}", ""]
-            continue
-        out += [f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
+    for key, heading in HEADINGS.items():
+        out += [f"## {heading}", "", *body[key]()]
     out += ["", f'<p class="errmap-foot">In the terminal: <code>errmap explain {e.errno}</code></p>', ""]
     return "\n".join(out)
 
@@ -338,18 +336,29 @@ def pages(kb, fixtures: Path | None) -> dict[str, str]:
 
 
 def nav(kb) -> list:
+    """The navigation. MkDocs and the theme print its titles as HTML (the menu, the page's header and
+    <title>, the search index), so a title or group from the KB is HTML-escaped here."""
     return [
         {"Home": "index.md"},
         {"Error codes": "errno/index.md"},
-        *({name: [{f"{e.errno} · {e.title}": page_uri(e.errno)} for e in entries]} for name, entries in groups(kb)),
+        *({html.escape(name): [{html.escape(f"{e.errno} · {e.title}"): page_uri(e.errno)} for e in entries]}
+          for name, entries in groups(kb)),
     ]
 
 
 def load_kb(root: Path):
-    """The KB of this checkout; any problem fails the build with the list of problems."""
+    """The KB of this checkout and your own folders in ERRMAP_KB_PATH; any problem fails the build
+    with the list of problems."""
     from errmap import kb as kbmod
 
     entries, problems = kbmod._load_dir(root / "kb", kbmod.OFFICIAL_RANGE)
+    for folder in filter(None, os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep)):
+        if not Path(folder).is_dir():
+            problems.append(f"{folder}: not a folder (ERRMAP_KB_PATH)")
+            continue
+        found, bad = kbmod._load_dir(Path(folder), kbmod.USER_RANGE)
+        entries.update(found)
+        problems += bad
     problems += kbmod.cross_check(entries)
     if problems:
         raise kbmod.KBError(problems)
@@ -386,6 +395,17 @@ def on_files(files, config):
             raise PluginError(f"docs/{uri} is generated from kb/; delete the hand-written file")
         files.append(File.generated(config, uri, content=content))
     return files
+
+
+def on_post_page(output: str, page, config) -> str:
+    """The theme writes <title> through Jinja's striptags, which turns the escaped title back into
+    raw HTML: escape it there again."""
+    from markupsafe import Markup
+
+    if page.title:
+        plain = Markup(page.title).striptags()
+        output = output.replace(f"<title>{plain}", f"<title>{html.escape(plain, quote=False)}", 1)
+    return output
 
 
 # ---------------------------------------------------------------- commands
@@ -447,7 +467,7 @@ def _install(built: Path, site: Path) -> None:
     os.replace(tmp, site / MARKER)
 
 
-def build(out: Path | None = None, strict: bool = True) -> int:
+def build(out: Path | None = None, strict: bool = True, kb_dirs: tuple[str, ...] = ()) -> int:
     """Build the site with MkDocs (strict: any warning, e.g. a broken link, fails it); the exit status.
 
     MkDocs empties its output folder first, so it builds into a new folder beside `out`, and the
@@ -472,7 +492,9 @@ def build(out: Path | None = None, strict: bool = True) -> int:
         if strict:
             cmd.append("--strict")
         # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
-        status = subprocess.call(cmd, cwd=root, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        kb_path = os.pathsep.join([*(str(Path(d).resolve()) for d in kb_dirs), os.environ.get("ERRMAP_KB_PATH", "")])
+        env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ERRMAP_KB_PATH": kb_path.strip(os.pathsep)}
+        status = subprocess.call(cmd, cwd=root, env=env)
         if status == 0:
             check_out(site)  # nothing was added while it built
             _install(built, site)

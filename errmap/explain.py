@@ -1,6 +1,6 @@
 """`errmap explain`: a KB entry in the terminal, in the same sections as its docs page.
 
-`SECTIONS` is the one list of headings: `print_entry` prints them here and `errmap.docs` renders
+`HEADINGS` is the one list of sections: `print_entry` prints them here and `errmap.docs` renders
 them as the page of the code, from the same helpers (`find_example`, `related`, `probe_lines`).
 """
 
@@ -18,16 +18,19 @@ from errmap.lines import ANSI
 from errmap.probes import PROBES
 from errmap.report import docs_url
 
-SECTIONS = (
-    "What it means",
-    "Example log",
-    "Messages it matches",
-    "Why it happens",
-    "How to fix",
-    "Upstream patches and references",
-    "How errmap confirms it",
-    "Related codes",
-)
+# The sections of an entry by key, in the order a reader needs them: what it is and what to do
+# first, then why and the evidence, the rules errmap matches last. The keys name them in code.
+HEADINGS = {
+    "means": "What it means",
+    "fix": "How to fix",
+    "why": "Why it happens",
+    "links": "Upstream patches and references",
+    "example": "Example log",
+    "related": "Related codes",
+    "confirms": "How errmap confirms it",
+    "messages": "Messages it matches",
+}
+SECTIONS = tuple(HEADINGS.values())
 BEFORE, AFTER = 8, 3  # lines of context shown around the matching line of an example log
 SHOWN = 240  # characters of one example line
 SHOWN_HIT = 1000  # characters of the matched line
@@ -200,22 +203,32 @@ def lookup(query: str, kb: KB, matcher) -> Found:
 
 
 def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> None:
-    head = iter(SECTIONS)
-
-    def section(extra: str = "") -> None:
-        con.print(f"\n[bold]{next(head)}[/]{extra}")
-
-    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
-    section()
-    con.print(f"  {escape(e.summary)}")
-    if e.applies_to:
-        con.print(f"  [dim]Applies to:[/] {escape(e.applies_to)}")
-
     example = find_example(e, matcher, fixtures_dir()) if matcher is not None else None
-    section(f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "")
-    if example is None:
-        con.print("  [dim]No example log recorded yet.[/]")
-    else:
+    probes, checks = probe_lines(e)
+
+    def means() -> None:
+        con.print(f"  {escape(e.summary)}")
+        if e.applies_to:
+            con.print(f"  [dim]Applies to:[/] {escape(e.applies_to)}")
+
+    def fix() -> None:
+        for i, step in enumerate(e.fix, 1):
+            con.print(f"  {i}. {escape(e.fill(step))}")
+
+    def why() -> None:
+        con.print(f"  {escape(e.fill(e.cause))}")
+
+    def links() -> None:
+        if not e.links:
+            con.print("  [dim]None recorded.[/]")
+        for link in e.links:
+            fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""
+            con.print(f"  [dim]{link.kind:<7}[/] {escape(link.url)}\n          {escape(link.title)}{escape(fixed)}")
+
+    def example_log() -> None:
+        if example is None:
+            con.print("  [dim]No example log recorded yet.[/]")
+            return
         width = len(str(example.lines[-1][0]))
         for n, text in example.lines:
             if n == example.marked:
@@ -227,42 +240,43 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             if value:
                 con.print(f"  [dim]{label}: {escape(value)}[/]")
 
-    section()
-    for a in e.anchors:
-        con.print(f"  [cyan]{escape(' | '.join(a.literals))}[/]  [dim]{escape(a.source)}[/]")
-        con.print(f"    [dim]pattern[/] {escape(a.regex)}")
-        if a.frame:
-            con.print(f"    [dim]only inside a traceback with a frame matching[/] {escape(a.frame)}")
-        if a.unless:
-            con.print(f"    [dim]not on a line matching[/] {escape(a.unless)}")
-    section()
-    con.print(f"  {escape(e.fill(e.cause))}")
-    section()
-    for i, step in enumerate(e.fix, 1):
-        con.print(f"  {i}. {escape(e.fill(step))}")
-    section()
-    if not e.links:
-        con.print("  [dim]None recorded.[/]")
-    for link in e.links:
-        fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""
-        con.print(f"  [dim]{link.kind:<7}[/] {escape(link.url)}\n          {escape(link.title)}{escape(fixed)}")
-    probes, checks = probe_lines(e)
-    section("  [dim](errmap scan --probe)[/]" if probes else "")
-    if not probes:
-        con.print("  [dim]No probe: the message in the log decides alone.[/]")
-    for name, what in probes:
-        con.print(f"  [cyan]{name}[/]: {escape(what)}")
-    for verdict, says in checks:
-        con.print(f"  [dim]{verdict} when[/] {escape(says)}")
-    section()
-    groups = related_groups(e, kb)
-    if not groups:
-        con.print("  [dim]None.[/]")
-    for label, items in groups:
-        if len(items) > MANY:
-            con.print(f"  [dim]{label}:[/] " + ", ".join(str(n) for n, _ in items))
-            continue
-        for n, title in items:
-            con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
+    def related() -> None:
+        groups = related_groups(e, kb)
+        if not groups:
+            con.print("  [dim]None.[/]")
+        for label, items in groups:
+            if len(items) > MANY:
+                con.print(f"  [dim]{label}:[/] " + ", ".join(str(n) for n, _ in items))
+                continue
+            for n, title in items:
+                con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
+
+    def confirms() -> None:
+        if not probes:
+            con.print("  [dim]No probe: the message in the log decides alone.[/]")
+        for name, what in probes:
+            con.print(f"  [cyan]{name}[/]: {escape(what)}")
+        for verdict, says in checks:
+            con.print(f"  [dim]{verdict} when[/] {escape(says)}")
+
+    def messages() -> None:
+        for a in e.anchors:
+            con.print(f"  [cyan]{escape(' | '.join(a.literals))}[/]  [dim]{escape(a.source)}[/]")
+            con.print(f"    [dim]pattern[/] {escape(a.regex)}")
+            if a.frame:
+                con.print(f"    [dim]only inside a traceback with a frame matching[/] {escape(a.frame)}")
+            if a.unless:
+                con.print(f"    [dim]not on a line matching[/] {escape(a.unless)}")
+
+    body = {"means": means, "fix": fix, "why": why, "links": links, "example": example_log,
+            "related": related, "confirms": confirms, "messages": messages}
+    extra = {
+        "example": f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "",
+        "confirms": "  [dim](errmap scan --probe)[/]" if probes else "",
+    }
+    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
+    for key, heading in HEADINGS.items():
+        con.print(f"\n[bold]{heading}[/]{extra.get(key, '')}")
+        body[key]()
     if url := docs_url(e.errno):
         con.print(f"\n[dim]docs:[/] {escape(url)}")

@@ -278,6 +278,65 @@ def test_rebuild_replaces_only_an_earlier_site(site):
     (site / "errno" / "notes.txt").unlink()
 
 
+HOSTILE_ENTRY = """\
+errno: 9001
+slug: hostile-title
+title: "</title><script>window.pwned = 1</script> <b>bold</b> & co"
+group: "<img src=x onerror=\\"window.pwned = 2\\"> In-house"
+role: root
+summary: "A summary with <i>markup</i> in it."
+anchors:
+  - literal: "HOSTILESRV: lost"
+    regex: 'HOSTILESRV: lost'
+    source: "our own server"
+cause: "A cause with <u>markup</u>."
+fix:
+  - "Do <em>this</em>."
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_site(tmp_path_factory) -> Path:
+    """A site built with a user KB entry whose title and group are HTML."""
+    needs_mkdocs()
+    kb_dir = tmp_path_factory.mktemp("hostile-kb")
+    (kb_dir / "9001-hostile-title.yaml").write_text(HOSTILE_ENTRY, encoding="utf-8")
+    out = tmp_path_factory.mktemp("hostile-site")
+    proc = errmap("docs", "build", "--kb", str(kb_dir), "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    return out
+
+
+def test_nav_titles_are_escaped(kb):
+    import yaml
+
+    from errmap.kb import Entry
+
+    data = yaml.safe_load(HOSTILE_ENTRY)
+    entry = Entry.from_dict({**data, "anchors": [dict(data["anchors"][0], unless=None, frame=None)], "links": []})
+    (group,) = [g for g in docs.nav([entry]) if isinstance(g, dict) and "Home" not in g and "Error codes" not in g]
+    (name, items), = group.items()
+    assert "<" not in name and html.unescape(name) == data["group"]
+    (title, uri), = items[0].items()
+    assert "<" not in title and html.unescape(title) == f"9001 · {data['title']}" and uri == "errno/9001/index.md"
+
+
+def test_a_kb_title_or_group_is_text_on_every_page(hostile_site):
+    pages = sorted(hostile_site.rglob("*.html"))
+    assert (hostile_site / "errno" / "9001" / "index.html") in pages
+    for page in pages:
+        markup = page.read_text(encoding="utf-8")
+        for raw in ("<script>window.pwned", "<img src=x", "<b>bold", "</title><script>", "<i>markup", "<u>markup", "<em>this"):
+            assert raw not in markup, (page, raw)
+    page = (hostile_site / "errno" / "9001" / "index.html").read_text(encoding="utf-8")
+    assert "<title>9001 · &lt;/title&gt;&lt;script&gt;window.pwned = 1&lt;/script&gt; &lt;b&gt;bold&lt;/b&gt; &amp; co - errmap</title>" in page
+    import json
+
+    index = json.loads((hostile_site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    for doc in index["docs"]:
+        assert "<script" not in doc["title"] + doc["text"] and "<img" not in doc["title"] + doc["text"], doc
+
+
 def test_build_has_a_page_per_kb_file(site):
     for f in kb_files():
         errno = f.name.split("-", 1)[0]
@@ -305,9 +364,10 @@ def test_search_index_holds_the_log_words(site):
 
 def _checkout_copy(tmp_path: Path) -> Path:
     root = tmp_path / "checkout"
-    (root / "errmap").mkdir(parents=True)
+    root.mkdir()
     shutil.copy(ROOT / "mkdocs.yml", root)
-    shutil.copy(ROOT / "errmap" / "docs.py", root / "errmap")
+    # The whole package: the hook imports errmap, which must be this one and not an installed copy.
+    shutil.copytree(ROOT / "errmap", root / "errmap", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "docs", root / "docs")
     shutil.copytree(ROOT / "kb", root / "kb")
     return root
