@@ -373,7 +373,7 @@ def docs_build(out: str | None, kb_dirs: tuple[str, ...]) -> None:
 @docs_group.command("serve")
 @click.option("--dir", "site", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="The built site (default: site/ of the checkout).")
-@click.option("--port", type=int, default=8000, show_default=True, help="Port on 127.0.0.1; 0 picks a free one.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port on 127.0.0.1; 0 picks a free one.")
 def docs_serve(site: str | None, port: int) -> None:
     """Serve the built site on 127.0.0.1 (its search needs HTTP)."""
     from errmap.docs import checkout, serve
@@ -382,7 +382,12 @@ def docs_serve(site: str | None, port: int) -> None:
     if not (folder / "index.html").is_file():
         _console(stderr=True).print(f"[bold red]errmap:[/] no built site in {escape(str(folder))}; run `errmap docs build` first")
         sys.exit(EXIT_INPUT)
-    serve(folder, port)
+    try:
+        serve(folder, port)
+    except OSError as exc:  # the port is taken, or needs privileges
+        _console(stderr=True).print(f"[bold red]errmap:[/] cannot serve on 127.0.0.1:{port}: {escape(exc.strerror or str(exc))}"
+                                    + ("; try another --port, or 0 for a free one" if port else ""))
+        sys.exit(EXIT_INPUT)
 
 def run() -> None:
     """Entry point with the process-level behaviour a pipe tool needs."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import subprocess
@@ -232,6 +233,19 @@ def test_scan_links_each_diagnosis_to_its_page(tmp_path):
     assert "https://docs.example.invalid/errmap/errno/1012/" in proc.stdout.decode()
 
 
+def test_sarif_help_uri_is_never_a_local_file(tmp_path):
+    from errmap import formats
+
+    log = tmp_path / "train.log"
+    log.write_text("step 1\n" + TRITON + "\n", encoding="utf-8")
+    doc = json.loads(errmap("scan", "--format", "json", str(log)).stdout)
+    (d,) = doc["diagnoses"]
+    page = tmp_path / "site" / "errno" / "1012" / "index.html"  # what docs_url gives after `docs build`
+    for docs_value, want in ((page.as_uri(), None), (None, None), ("https://docs.example.invalid/errmap/errno/1012/",) * 2):
+        (rule,) = formats.sarif([{**d, "docs": docs_value}], [])["runs"][0]["tool"]["driver"]["rules"]
+        assert rule.get("helpUri") == want, docs_value
+
+
 # ---------------------------------------------------------------- the build
 
 
@@ -416,3 +430,18 @@ def test_serve_answers_on_localhost(site):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_serve_on_a_busy_or_bad_port_says_so(site):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = errmap("docs", "serve", "--dir", str(site), "--port", str(port), timeout=30)
+    assert proc.returncode == 2
+    assert f"cannot serve on 127.0.0.1:{port}: Address already in use" in proc.stderr.decode()
+    for bad in ("70000", "-1", "http"):
+        proc = errmap("docs", "serve", "--dir", str(site), "--port", bad, timeout=30)
+        assert proc.returncode == 2 and "Invalid value for '--port'" in proc.stderr.decode(), bad
