@@ -183,8 +183,9 @@ def regex_phrases(pattern: str) -> list[str]:
 SEARCH_SEPARATOR = re.compile(r'[\s\-_,:!=\[\]()"/]+|\.(?!\d)')
 
 
-def search_words(e) -> list[str]:
-    """The words of a code's messages (its literals and the text runs of its patterns), for search.
+def search_words(e, seen: tuple[str, ...] = ()) -> list[str]:
+    """The words of a code's messages (its literals and the text runs of its patterns, the values
+    its patterns list for a capture, and `seen`: what the example log gave its captures), for search.
 
     They go into the page's `tags`, which Material's search weighs far above body text, so words
     typed from a log line rank the page whose message holds them above pages that only mention
@@ -195,7 +196,7 @@ def search_words(e) -> list[str]:
     """
     words: dict[str, None] = {}
     for a in e.anchors:
-        for phrase in [*a.literals, *filter(_telling, regex_phrases(a.regex))]:
+        for phrase in [*a.literals, *filter(_telling, regex_phrases(a.regex)), *_values(a.regex), *seen]:
             for word in SEARCH_SEPARATOR.split(phrase.lower()):
                 word = word.strip(_EDGE + "'")
                 if len(word) >= 2 and not word.isdigit():
@@ -204,6 +205,12 @@ def search_words(e) -> list[str]:
 
 
 _EDGE = " \t:;,.()[]{}<>'\"`=/-|"
+_GROUP_OF_WORDS = re.compile(r"\(\?P<\w+>([\w .|-]+)\)")
+
+
+def _values(pattern: str) -> list[str]:
+    """The values a message's capture may take when its pattern lists them: `(?P<column>prompt|query)`."""
+    return [v for m in _GROUP_OF_WORDS.finditer(pattern) for v in m[1].split("|") if re.fullmatch(r"[A-Za-z][\w .-]*", v)]
 
 
 def _telling(run: str) -> bool:
@@ -240,10 +247,9 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return out + [""]
 
     def example() -> list[str]:
-        found = find_example(e, matcher, fixtures)
-        if found is None:
+        if shown is None:
             return ["No example log is recorded for this code yet; the messages below are what errmap looks for.", ""]
-        return [example_html(found), ""]
+        return [example_html(shown), ""]
 
     def related() -> list[str]:
         out = []
@@ -280,10 +286,12 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
 
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example,
             "related": related, "confirms": confirms, "messages": messages}
+    shown = find_example(e, matcher, fixtures)
+    seen = tuple(v for _, v in shown.captures if re.fullmatch(r"[A-Za-z_][\w.-]{1,39}", v)) if shown else ()
     out = [
         "---",
         # JSON is YAML: every message is quoted and escaped whatever characters it holds.
-        f"tags: {json.dumps(search_words(e), ensure_ascii=True)}",
+        f"tags: {json.dumps(search_words(e, seen), ensure_ascii=True)}",
         "---",
         "",
         f"# {e.errno} · {text(e.title)}",

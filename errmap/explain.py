@@ -47,6 +47,7 @@ class Example:
     origin: str  # recorded or built, from the sidecar
     how: str  # how the log was made, from the sidecar
     machine: str = ""  # where it was made, from the sidecar
+    captures: tuple[tuple[str, str], ...] = ()  # what the matched line gave the anchor's groups
 
 
 def fixtures_dir() -> Path | None:
@@ -111,7 +112,7 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
         window.pop()
     rel = log.relative_to(fixtures.parent) if fixtures else log
     return Example(rel.as_posix(), tuple(window), n, str(side.get("origin", "")), str(side.get("how", "")),
-                   str(side.get("machine", "")))
+                   str(side.get("machine", "")), tuple(sorted(hit.captures.items())))
 
 
 def related(e: Entry, kb: KB | None) -> list[tuple[str, int, str | None]]:

@@ -84,6 +84,15 @@ def test_search_words_come_from_the_messages(kb):
     assert "memoryerror" in docs.search_words(kb.get(1021)) and "memory" not in docs.search_words(kb.get(1021))
 
 
+def test_search_words_hold_the_values_a_pattern_lists(kb):
+    assert docs._values(r"^KeyError: '(?P<column>prompt|reward_model|data source)'$") == ["prompt", "reward_model", "data source"]
+    assert docs._values(r"(?P<n>\d+|x)") == []  # a class is not a value
+    words = docs.search_words(kb.get(1033))
+    assert "prompts" in words and "keyerror" in words  # `prompt` begins `prompts`: typed, it finds that one
+    plain = docs.search_words(kb.get(1008))
+    assert "qqshard" not in plain and {"qqshard", "qqloader"} <= set(docs.search_words(kb.get(1008), ("qqshard_qqloader",)))
+
+
 def test_search_separator_is_the_one_mkdocs_uses():
     import yaml
 
