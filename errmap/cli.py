@@ -289,21 +289,36 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, report_pat
 
 
 @main.command()
-@click.argument("code")
+@click.argument("query")
 @format_option()
-def explain(code: str, fmt: str) -> None:
-    """Explain an error code (1012) or slug (triton-shared-memory)."""
-    from errmap.explain import print_entry
+@kb_option
+def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
+    """Explain an error code (1012), a slug (triton-shared-memory), or a pasted message or log line.
 
-    kb = _load_kb(())
-    entry = kb.get(code)
-    if entry is None:
-        _console(stderr=True).print(f"[bold red]errmap:[/] no code {escape(code)}; `errmap list` shows them all")
+    errmap explain 'CUDA error: no kernel image is available for execution on the device'
+    """
+    from errmap.explain import lookup, print_entry
+
+    kb = _load_kb(kb_dirs)
+    matcher = Matcher(kb)
+    found = lookup(query, kb, matcher)
+    err = _console(stderr=True)
+    others = ", ".join(f"{e.errno} {e.slug}" for e in found.others)
+    if found.entry is None:
+        hint = f"did you mean {others}?" if found.others else "`errmap list` shows every code"
+        what = f"no code {query.strip()}" if query.strip().isdigit() else f"no code, slug or known message in {query!r}"
+        err.print(f"[bold red]errmap:[/] {escape(what)}; {escape(hint)}")
         sys.exit(EXIT_INPUT)
+    e = found.entry
+    if found.how == "message":
+        err.print(f"[dim]errmap: the text matches {e.errno} {e.slug}" + (f"; it also matches {others}" if others else "") + "[/]")
+    elif found.how == "words":
+        err.print(f"[dim]errmap: no message matched; the closest by its words is {e.errno} {e.slug}"
+                  + (f" (also close: {others})" if others else "") + "[/]")
     if fmt == "json":
-        click.echo(formats.dumps(entry.to_dict()))
+        click.echo(formats.dumps(e.to_dict()))
     else:
-        print_entry(_console(), entry, kb, Matcher(kb))
+        print_entry(_console(), e, kb, matcher)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -336,9 +351,10 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
 
 @main.command("list")
 @format_option()
-def list_cmd(fmt: str) -> None:
-    """List every error code with its title."""
-    kb = _load_kb(())
+@kb_option
+def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
+    """List every error code with its title (your own entries too: --kb, ERRMAP_KB_PATH)."""
+    kb = _load_kb(kb_dirs)
     if fmt == "json":
         click.echo(json.dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb], indent=2))
         return
@@ -382,13 +398,17 @@ def docs_group() -> None:
 @docs_group.command("build")
 @click.option("--out", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Folder of the built site (default: site/ of the checkout).")
-def docs_build(out: str | None) -> None:
-    """Build the site, strictly: a broken link or a KB problem fails it (needs the docs extra)."""
-    from errmap.docs import build
+@kb_option
+def docs_build(out: str | None, kb_dirs: tuple[str, ...]) -> None:
+    """Build the site, strictly: a broken link or a KB problem fails it (needs the docs extra).
+
+    DIR must be new, empty or an earlier errmap site: errmap never deletes files it did not write.
+    """
+    from errmap.docs import SiteRefused, build
 
     try:
-        sys.exit(build(Path(out) if out else None))
-    except FileNotFoundError as exc:
+        sys.exit(build(Path(out) if out else None, kb_dirs=kb_dirs))
+    except (FileNotFoundError, SiteRefused) as exc:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(str(exc))}")
         sys.exit(EXIT_INPUT)
 
@@ -396,7 +416,7 @@ def docs_build(out: str | None) -> None:
 @docs_group.command("serve")
 @click.option("--dir", "site", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="The built site (default: site/ of the checkout).")
-@click.option("--port", type=int, default=8000, show_default=True, help="Port on 127.0.0.1; 0 picks a free one.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port on 127.0.0.1; 0 picks a free one.")
 def docs_serve(site: str | None, port: int) -> None:
     """Serve the built site on 127.0.0.1 (its search needs HTTP)."""
     from errmap.docs import checkout, serve
@@ -405,7 +425,12 @@ def docs_serve(site: str | None, port: int) -> None:
     if not (folder / "index.html").is_file():
         _console(stderr=True).print(f"[bold red]errmap:[/] no built site in {escape(str(folder))}; run `errmap docs build` first")
         sys.exit(EXIT_INPUT)
-    serve(folder, port)
+    try:
+        serve(folder, port)
+    except OSError as exc:  # the port is taken, or needs privileges
+        _console(stderr=True).print(f"[bold red]errmap:[/] cannot serve on 127.0.0.1:{port}: {escape(exc.strerror or str(exc))}"
+                                    + ("; try another --port, or 0 for a free one" if port else ""))
+        sys.exit(EXIT_INPUT)
 
 def run() -> None:
     """Entry point with the process-level behaviour a pipe tool needs."""

@@ -3,7 +3,7 @@
 This file is also the MkDocs hook named in mkdocs.yml: `on_config` puts the codes into the
 navigation and `on_files` adds the generated pages (errno/index.md, errno/<n>/index.md), so
 `mkdocs build --strict` and `errmap docs build` give the same site and no page is written by hand.
-The sections of a page are `errmap.explain.SECTIONS`, filled by the same helpers as `errmap explain`.
+The sections of a page are `errmap.explain.HEADINGS`, filled by the same helpers as `errmap explain`.
 
 Everything taken from a KB entry or a log is HTML-escaped, and the characters Markdown would read
 as markup become character references, so a log line prints as written and never as markup.
@@ -183,8 +183,9 @@ def regex_phrases(pattern: str) -> list[str]:
 SEARCH_SEPARATOR = re.compile(r'[\s\-_,:!=\[\]()"/]+|\.(?!\d)')
 
 
-def search_words(e) -> list[str]:
-    """The words of a code's messages (its literals and the text runs of its patterns), for search.
+def search_words(e, seen: tuple[str, ...] = ()) -> list[str]:
+    """The words of a code's messages (its literals and the text runs of its patterns, the values
+    its patterns list for a capture, and `seen`: what the example log gave its captures), for search.
 
     They go into the page's `tags`, which Material's search weighs far above body text, so words
     typed from a log line rank the page whose message holds them above pages that only mention
@@ -195,7 +196,7 @@ def search_words(e) -> list[str]:
     """
     words: dict[str, None] = {}
     for a in e.anchors:
-        for phrase in [*a.literals, *filter(_telling, regex_phrases(a.regex))]:
+        for phrase in [*a.literals, *filter(_telling, regex_phrases(a.regex)), *_values(a.regex), *seen]:
             for word in SEARCH_SEPARATOR.split(phrase.lower()):
                 word = word.strip(_EDGE + "'")
                 if len(word) >= 2 and not word.isdigit():
@@ -204,6 +205,12 @@ def search_words(e) -> list[str]:
 
 
 _EDGE = " \t:;,.()[]{}<>'\"`=/-|"
+_GROUP_OF_WORDS = re.compile(r"\(\?P<\w+>([\w .|-]+)\)")
+
+
+def _values(pattern: str) -> list[str]:
+    """The values a message's capture may take when its pattern lists them: `(?P<column>prompt|query)`."""
+    return [v for m in _GROUP_OF_WORDS.finditer(pattern) for v in m[1].split("|") if re.fullmatch(r"[A-Za-z][\w .-]*", v)]
 
 
 def _telling(run: str) -> bool:
@@ -219,14 +226,72 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     """The Markdown of one code's page, section by section as `errmap explain` prints them."""
     import json
 
-    from errmap.explain import MANY, SECTIONS, find_example, probe_lines, related_groups
+    from errmap.explain import HEADINGS, MANY, find_example, probe_lines, related_groups
 
     names = e.captures
-    heads = iter(SECTIONS)
+
+    def means() -> list[str]:
+        return [prose(e.summary), ""] + ([f"**Applies to:** {prose(e.applies_to)}", ""] if e.applies_to else [])
+
+    def fix() -> list[str]:
+        return [f"{i}. {prose(step, names)}" for i, step in enumerate(e.fix, 1)] + [""]
+
+    def why() -> list[str]:
+        return [prose(e.cause, names), ""]
+
+    def links() -> list[str]:
+        out = [] if e.links else ["None recorded."]
+        for link in e.links:
+            fixed = f" (fixed in {text(link.fixed_in)})" if link.fixed_in else ""
+            out.append(f"- **{link.kind}** {_link(link.url, link.title)}{fixed}")
+        return out + [""]
+
+    def example() -> list[str]:
+        if shown is None:
+            return ["No example log is recorded for this code yet; the messages below are what errmap looks for.", ""]
+        return [example_html(shown), ""]
+
+    def related() -> list[str]:
+        out = []
+        groups = related_groups(e, kb)
+        if not groups:
+            out += ["None.", ""]
+        for label, items in groups:
+            if len(items) > MANY:
+                out += [f"**{label}:** " + ", ".join(f"[{n}](../{n}/index.md)" for n, _ in items), ""]
+                continue
+            out += [f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
+        return out
+
+    def confirms() -> list[str]:
+        probes, checks = probe_lines(e)
+        if not probes:
+            return ["No probe: the message in the log decides alone.", ""]
+        out = ["`errmap scan --probe` reads these facts from the machine the run failed on:", ""]
+        out += [f"- {_code(name)}: {text(what)}" for name, what in probes] + [""]
+        return out + [f"- **{verdict}** when {prose(says)}" for verdict, says in checks] + ([""] if checks else [])
+
+    def messages() -> list[str]:
+        out = []
+        for a in e.anchors:
+            lits = " or ".join(_code(lit) for lit in a.literals)
+            rules = "".join(
+                f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
+                for label, value in (("only inside a traceback with a frame matching", a.frame), ("not on a line matching", a.unless))
+                if value
+            )
+            out.append(f"- {lits}, printed by {_source(a.source)}<br>"
+                       f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>{rules}')
+        return out + [""]
+
+    body = {"means": means, "fix": fix, "why": why, "links": links, "example": example,
+            "related": related, "confirms": confirms, "messages": messages}
+    shown = find_example(e, matcher, fixtures)
+    seen = tuple(v for _, v in shown.captures if re.fullmatch(r"[A-Za-z_][\w.-]{1,39}", v)) if shown else ()
     out = [
         "---",
         # JSON is YAML: every message is quoted and escaped whatever characters it holds.
-        f"tags: {json.dumps(search_words(e), ensure_ascii=True)}",
+        f"tags: {json.dumps(search_words(e, seen), ensure_ascii=True)}",
         "---",
         "",
         f"# {e.errno} · {text(e.title)}",
@@ -234,65 +299,8 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         f'<p class="errmap-meta"><code>{e.slug}</code> · {html.escape(e.group)} · {ROLE.get(e.role, e.role)}</p>',
         "",
     ]
-
-    def section() -> None:
-        out.extend([f"## {next(heads)}", ""])
-
-    section()
-    out += [prose(e.summary), ""]
-    if e.applies_to:
-        out += [f"**Applies to:** {prose(e.applies_to)}", ""]
-
-    section()
-    example = find_example(e, matcher, fixtures)
-    if example is None:
-        out += ["No example log is recorded for this code yet; the messages below are what errmap looks for.", ""]
-    else:
-        out += [example_html(example), ""]
-
-    section()
-    for a in e.anchors:
-        lits = " or ".join(_code(lit) for lit in a.literals)
-        rules = "".join(
-            f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
-            for label, value in (("only inside a traceback with a frame matching", a.frame), ("not on a line matching", a.unless))
-            if value
-        )
-        out.append(f"- {lits}, printed by {_source(a.source)}<br>"
-                   f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>{rules}')
-    out.append("")
-
-    section()
-    out += [prose(e.cause, names), ""]
-
-    section()
-    out += [f"{i}. {prose(step, names)}" for i, step in enumerate(e.fix, 1)] + [""]
-
-    section()
-    for link in e.links:
-        fixed = f" (fixed in {text(link.fixed_in)})" if link.fixed_in else ""
-        out.append(f"- **{link.kind}** {_link(link.url, link.title)}{fixed}")
-    out.append("")
-
-    section()
-    probes, checks = probe_lines(e)
-    if not probes:
-        out += ["No probe: the message in the log decides alone.", ""]
-    else:
-        out += ["`errmap scan --probe` reads these facts from the machine the run failed on:", ""]
-        out += [f"- {_code(name)}: {text(what)}" for name, what in probes] + [""]
-        out += [f"- **{verdict}** when {prose(says)}" for verdict, says in checks] + ([""] if checks else [])
-
-    section()
-    groups = related_groups(e, kb)
-    if not groups:
-        out += ["None.", ""]
-    for label, items in groups:
-        if len(items) > MANY:
-            links = ", ".join(f"[{n}](../{n}/index.md)" for n, _ in items)
-            out += [f"**{label}:** {links}", ""]
-            continue
-        out += [f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
+    for key, heading in HEADINGS.items():
+        out += [f"## {heading}", "", *body[key]()]
     out += ["", f'<p class="errmap-foot">In the terminal: <code>errmap explain {e.errno}</code></p>', ""]
     return "\n".join(out)
 
@@ -336,18 +344,29 @@ def pages(kb, fixtures: Path | None) -> dict[str, str]:
 
 
 def nav(kb) -> list:
+    """The navigation. MkDocs and the theme print its titles as HTML (the menu, the page's header and
+    <title>, the search index), so a title or group from the KB is HTML-escaped here."""
     return [
         {"Home": "index.md"},
         {"Error codes": "errno/index.md"},
-        *({name: [{f"{e.errno} · {e.title}": page_uri(e.errno)} for e in entries]} for name, entries in groups(kb)),
+        *({html.escape(name): [{html.escape(f"{e.errno} · {e.title}"): page_uri(e.errno)} for e in entries]}
+          for name, entries in groups(kb)),
     ]
 
 
 def load_kb(root: Path):
-    """The KB of this checkout; any problem fails the build with the list of problems."""
+    """The KB of this checkout and your own folders in ERRMAP_KB_PATH; any problem fails the build
+    with the list of problems."""
     from errmap import kb as kbmod
 
     entries, problems = kbmod._load_dir(root / "kb", kbmod.OFFICIAL_RANGE)
+    for folder in filter(None, os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep)):
+        if not Path(folder).is_dir():
+            problems.append(f"{folder}: not a folder (ERRMAP_KB_PATH)")
+            continue
+        found, bad = kbmod._load_dir(Path(folder), kbmod.USER_RANGE)
+        entries.update(found)
+        problems += bad
     problems += kbmod.cross_check(entries)
     if problems:
         raise kbmod.KBError(problems)
@@ -386,25 +405,109 @@ def on_files(files, config):
     return files
 
 
+def on_post_page(output: str, page, config) -> str:
+    """The theme writes <title> through Jinja's striptags, which turns the escaped title back into
+    raw HTML: escape it there again."""
+    from markupsafe import Markup
+
+    if page.title:
+        plain = Markup(page.title).striptags()
+        output = output.replace(f"<title>{plain}", f"<title>{html.escape(plain, quote=False)}", 1)
+    return output
+
+
 # ---------------------------------------------------------------- commands
 
 
-def build(out: Path | None = None, strict: bool = True) -> int:
-    """Build the site with MkDocs (strict: any warning, e.g. a broken link, fails it); the exit status."""
+MARKER = ".errmap-site"  # in a built site: every path errmap wrote there, one a line
+
+
+def _written(site: Path) -> set[str]:
+    """The paths a build wrote into `site`, from its marker; empty when it has none."""
+    try:
+        return set((site / MARKER).read_text(encoding="utf-8").splitlines()[1:])
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
+def _paths(site: Path) -> list[str]:
+    """Every file, folder and link under `site`, relative, links not followed; not the dot-files at
+    its top (the marker among them), which neither MkDocs nor errmap touches."""
+    found = []
+    for top, dirs, files in os.walk(site):
+        rel = Path(top).relative_to(site)
+        found += [(rel / name).as_posix() for name in [*dirs, *files]]
+    return [p for p in found if not p.startswith(".")]
+
+
+class SiteRefused(Exception):
+    """The output folder holds something errmap did not write: it is left as it is."""
+
+
+def check_out(site: Path) -> None:
+    """Refuse a folder a build would change unless it is empty or holds only an earlier errmap site."""
+    if not site.exists():
+        return
+    if not site.is_dir():
+        raise SiteRefused(f"{site} is not a folder")
+    written = _written(site)
+    foreign = [p for p in _paths(site) if p not in written]
+    if foreign:
+        kind = "an earlier errmap site with files added" if written else "not empty and not an errmap site"
+        raise SiteRefused(f"{site} is {kind} (e.g. {foreign[0]}); nothing was changed: give a new or empty folder")
+
+
+def _install(built: Path, site: Path) -> None:
+    """Replace the earlier site in `site` (only what errmap wrote) with the one just built."""
+    site.mkdir(parents=True, exist_ok=True)
+    old = sorted(_written(site), key=lambda p: p.count("/"), reverse=True)  # deepest first
+    for rel in old:
+        path = site / rel
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    for entry in sorted(built.iterdir()):
+        os.replace(entry, site / entry.name)
+    tmp = site / (MARKER + ".tmp")
+    tmp.write_text("\n".join(["errmap docs site: errmap wrote these paths and a rebuild replaces them", *_paths(site)]) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, site / MARKER)
+
+
+def build(out: Path | None = None, strict: bool = True, kb_dirs: tuple[str, ...] = ()) -> int:
+    """Build the site with MkDocs (strict: any warning, e.g. a broken link, fails it); the exit status.
+
+    MkDocs empties its output folder first, so it builds into a new folder beside `out`, and the
+    result replaces what an earlier build wrote: a folder holding anything else is refused
+    (SiteRefused) before anything is built, and a failed build changes nothing.
+    """
+    import tempfile
+
     root = checkout()
+    site = Path(out).resolve() if out is not None else root / "site"
+    check_out(site)
     try:
         import material  # noqa: F401
         import mkdocs  # noqa: F401
     except ImportError:
         print("errmap docs build needs the docs extra: pip install -e '.[docs]'", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / CONFIG)]
-    if out is not None:
-        cmd += ["--site-dir", str(Path(out).resolve())]
-    if strict:
-        cmd.append("--strict")
-    # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
-    return subprocess.call(cmd, cwd=root, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    site.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".errmap-build-", dir=site.parent) as tmp:
+        built = Path(tmp) / "site"
+        cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / CONFIG), "--site-dir", str(built)]
+        if strict:
+            cmd.append("--strict")
+        # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
+        kb_path = os.pathsep.join([*(str(Path(d).resolve()) for d in kb_dirs), os.environ.get("ERRMAP_KB_PATH", "")])
+        env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ERRMAP_KB_PATH": kb_path.strip(os.pathsep)}
+        status = subprocess.call(cmd, cwd=root, env=env)
+        if status == 0:
+            check_out(site)  # nothing was added while it built
+            _install(built, site)
+            print(f"errmap: the site is in {site}", file=sys.stderr)
+    return status
 
 
 def serve(site: Path, port: int = 8000) -> None:

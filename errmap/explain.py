@@ -1,6 +1,6 @@
 """`errmap explain`: a KB entry in the terminal, in the same sections as its docs page.
 
-`SECTIONS` is the one list of headings: `print_entry` prints them here and `errmap.docs` renders
+`HEADINGS` is the one list of sections: `print_entry` prints them here and `errmap.docs` renders
 them as the page of the code, from the same helpers (`find_example`, `related`, `probe_lines`).
 """
 
@@ -18,16 +18,19 @@ from errmap.lines import ANSI
 from errmap.probes import PROBES
 from errmap.report import docs_url
 
-SECTIONS = (
-    "What it means",
-    "Example log",
-    "Messages it matches",
-    "Why it happens",
-    "How to fix",
-    "Upstream patches and references",
-    "How errmap confirms it",
-    "Related codes",
-)
+# The sections of an entry by key, in the order a reader needs them: what it is and what to do
+# first, then why and the evidence, the rules errmap matches last. The keys name them in code.
+HEADINGS = {
+    "means": "What it means",
+    "fix": "How to fix",
+    "why": "Why it happens",
+    "links": "Upstream patches and references",
+    "example": "Example log",
+    "related": "Related codes",
+    "confirms": "How errmap confirms it",
+    "messages": "Messages it matches",
+}
+SECTIONS = tuple(HEADINGS.values())
 BEFORE, AFTER = 8, 3  # lines of context shown around the matching line of an example log
 SHOWN = 240  # characters of one example line
 SHOWN_HIT = 1000  # characters of the matched line
@@ -44,6 +47,7 @@ class Example:
     origin: str  # recorded or built, from the sidecar
     how: str  # how the log was made, from the sidecar
     machine: str = ""  # where it was made, from the sidecar
+    captures: tuple[tuple[str, str], ...] = ()  # what the matched line gave the anchor's groups
 
 
 def fixtures_dir() -> Path | None:
@@ -108,7 +112,7 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
         window.pop()
     rel = log.relative_to(fixtures.parent) if fixtures else log
     return Example(rel.as_posix(), tuple(window), n, str(side.get("origin", "")), str(side.get("how", "")),
-                   str(side.get("machine", "")))
+                   str(side.get("machine", "")), tuple(sorted(hit.captures.items())))
 
 
 def related(e: Entry, kb: KB | None) -> list[tuple[str, int, str | None]]:
@@ -134,23 +138,98 @@ def probe_lines(e: Entry) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]
     return [(p, PROBES.get(p, "")) for p in e.probes], [(c.verdict, c.says) for c in e.checks]
 
 
+# ---------------------------------------------------------------- finding the entry
+
+
+@dataclass(frozen=True)
+class Found:
+    """What `errmap explain QUERY` found: the entry, how, and the other close codes."""
+
+    entry: Entry | None
+    how: str  # "code" (an errno or slug), "message" (the matcher), "words" (closest words), "" (none)
+    others: tuple[Entry, ...] = ()
+
+
+WORDS_NEEDED = 0.6  # the share of a query's weight an entry's words must hold to be shown as its answer
+
+
+def _words(value: str) -> list[str]:
+    from errmap.docs import SEARCH_SEPARATOR, _EDGE
+
+    out = (w.strip(_EDGE + "'") for w in SEARCH_SEPARATOR.split(value.lower()))
+    return [w for w in out if len(w) >= 2 and not w.isdigit()]
+
+
+def by_words(query: str, kb: KB) -> list[tuple[float, Entry]]:
+    """Entries by the share of the query's words (each weighed by its rarity in the KB) that their
+    title, slug and messages hold; a query word counts when it begins one of theirs, as in the site's search."""
+    import math
+
+    from errmap.docs import search_words
+
+    vocab = {e.errno: set(search_words(e)) | set(_words(e.title)) | set(e.slug.split("-")) for e in kb}
+    words = list(dict.fromkeys(_words(query)))
+    has = {w: {n for n, v in vocab.items() if any(x.startswith(w) for x in v)} for w in words}
+    weight = {w: math.log((len(vocab) + 1) / (len(has[w]) + 0.5)) for w in words}
+    total = sum(weight.values()) or 1.0
+    scored = [(sum(weight[w] for w in words if e.errno in has[w]) / total, e) for e in kb]
+    return sorted((x for x in scored if x[0] > 0), key=lambda x: (-x[0], x[1].errno))
+
+
+def lookup(query: str, kb: KB, matcher) -> Found:
+    """A code or slug; else the codes errmap's matcher gives the text read as a log, root cause
+    first; else the entry whose words the query holds; else none, with the closest codes."""
+    import difflib
+
+    from errmap.matcher import scan_chunks
+    from errmap.scan import feed
+    from errmap.triage import Triage
+
+    if (e := kb.get(query)) is not None:
+        return Found(e, "code")
+    triage = Triage()
+    feed(triage, scan_chunks(matcher, "<query>", [query.encode("utf-8", "replace") + b"\n"]))
+    found = list({inc.entry.errno: inc.entry for inc in triage.ranked()}.values())
+    if found:
+        return Found(found[0], "message", tuple(found[1:]))
+    token = query.strip().lower()
+    if token and " " not in token:
+        near = difflib.get_close_matches(token, [e.slug for e in kb], n=3, cutoff=0.6)
+        if near:
+            return Found(None, "", tuple(kb.get(s) for s in near))
+    scored = by_words(query, kb)
+    if scored and scored[0][0] >= WORDS_NEEDED and (len(scored) == 1 or scored[0][0] > scored[1][0]):
+        return Found(scored[0][1], "words", tuple(e for score, e in scored[1:3] if score >= WORDS_NEEDED))
+    return Found(None, "", tuple(e for _, e in scored[:3]))
+
+
 def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> None:
-    head = iter(SECTIONS)
-
-    def section(extra: str = "") -> None:
-        con.print(f"\n[bold]{next(head)}[/]{extra}")
-
-    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
-    section()
-    con.print(f"  {escape(e.summary)}")
-    if e.applies_to:
-        con.print(f"  [dim]Applies to:[/] {escape(e.applies_to)}")
-
     example = find_example(e, matcher, fixtures_dir()) if matcher is not None else None
-    section(f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "")
-    if example is None:
-        con.print("  [dim]No example log recorded yet.[/]")
-    else:
+    probes, checks = probe_lines(e)
+
+    def means() -> None:
+        con.print(f"  {escape(e.summary)}")
+        if e.applies_to:
+            con.print(f"  [dim]Applies to:[/] {escape(e.applies_to)}")
+
+    def fix() -> None:
+        for i, step in enumerate(e.fix, 1):
+            con.print(f"  {i}. {escape(e.fill(step))}")
+
+    def why() -> None:
+        con.print(f"  {escape(e.fill(e.cause))}")
+
+    def links() -> None:
+        if not e.links:
+            con.print("  [dim]None recorded.[/]")
+        for link in e.links:
+            fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""
+            con.print(f"  [dim]{link.kind:<7}[/] {escape(link.url)}\n          {escape(link.title)}{escape(fixed)}")
+
+    def example_log() -> None:
+        if example is None:
+            con.print("  [dim]No example log recorded yet.[/]")
+            return
         width = len(str(example.lines[-1][0]))
         for n, text in example.lines:
             if n == example.marked:
@@ -162,40 +241,43 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             if value:
                 con.print(f"  [dim]{label}: {escape(value)}[/]")
 
-    section()
-    for a in e.anchors:
-        con.print(f"  [cyan]{escape(' | '.join(a.literals))}[/]  [dim]{escape(a.source)}[/]")
-        con.print(f"    [dim]pattern[/] {escape(a.regex)}")
-        if a.frame:
-            con.print(f"    [dim]only inside a traceback with a frame matching[/] {escape(a.frame)}")
-        if a.unless:
-            con.print(f"    [dim]not on a line matching[/] {escape(a.unless)}")
-    section()
-    con.print(f"  {escape(e.fill(e.cause))}")
-    section()
-    for i, step in enumerate(e.fix, 1):
-        con.print(f"  {i}. {escape(e.fill(step))}")
-    section()
-    for link in e.links:
-        fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""
-        con.print(f"  [dim]{link.kind:<7}[/] {escape(link.url)}\n          {escape(link.title)}{escape(fixed)}")
-    probes, checks = probe_lines(e)
-    section("  [dim](errmap scan --probe)[/]" if probes else "")
-    if not probes:
-        con.print("  [dim]No probe: the message in the log decides alone.[/]")
-    for name, what in probes:
-        con.print(f"  [cyan]{name}[/]: {escape(what)}")
-    for verdict, says in checks:
-        con.print(f"  [dim]{verdict} when[/] {escape(says)}")
-    section()
-    groups = related_groups(e, kb)
-    if not groups:
-        con.print("  [dim]None.[/]")
-    for label, items in groups:
-        if len(items) > MANY:
-            con.print(f"  [dim]{label}:[/] " + ", ".join(str(n) for n, _ in items))
-            continue
-        for n, title in items:
-            con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
+    def related() -> None:
+        groups = related_groups(e, kb)
+        if not groups:
+            con.print("  [dim]None.[/]")
+        for label, items in groups:
+            if len(items) > MANY:
+                con.print(f"  [dim]{label}:[/] " + ", ".join(str(n) for n, _ in items))
+                continue
+            for n, title in items:
+                con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
+
+    def confirms() -> None:
+        if not probes:
+            con.print("  [dim]No probe: the message in the log decides alone.[/]")
+        for name, what in probes:
+            con.print(f"  [cyan]{name}[/]: {escape(what)}")
+        for verdict, says in checks:
+            con.print(f"  [dim]{verdict} when[/] {escape(says)}")
+
+    def messages() -> None:
+        for a in e.anchors:
+            con.print(f"  [cyan]{escape(' | '.join(a.literals))}[/]  [dim]{escape(a.source)}[/]")
+            con.print(f"    [dim]pattern[/] {escape(a.regex)}")
+            if a.frame:
+                con.print(f"    [dim]only inside a traceback with a frame matching[/] {escape(a.frame)}")
+            if a.unless:
+                con.print(f"    [dim]not on a line matching[/] {escape(a.unless)}")
+
+    body = {"means": means, "fix": fix, "why": why, "links": links, "example": example_log,
+            "related": related, "confirms": confirms, "messages": messages}
+    extra = {
+        "example": f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "",
+        "confirms": "  [dim](errmap scan --probe)[/]" if probes else "",
+    }
+    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
+    for key, heading in HEADINGS.items():
+        con.print(f"\n[bold]{heading}[/]{extra.get(key, '')}")
+        body[key]()
     if url := docs_url(e.errno):
         con.print(f"\n[dim]docs:[/] {escape(url)}")

@@ -59,7 +59,7 @@ def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -
                 "help": {"text": "\n".join(f"{i}. {s}" for i, s in enumerate(d["fix"], 1))},
                 "properties": {"role": d["role"]},
             }
-            if d.get("docs"):
+            if (d.get("docs") or "").startswith(("https://", "http://")):  # ERRMAP_DOCS_URL; never a local file:// page
                 rule["helpUri"] = d["docs"]
             rules.append(rule)
         results.append({

@@ -241,6 +241,9 @@ def load_entry(path: Path, allowed: range = OFFICIAL_RANGE) -> Entry:
     if entry.errno not in allowed:
         line = _line_map(yaml.compose(text, Loader=_Loader)).get(("errno",), 1)
         raise KBError([f"{path}:{line}: errno {entry.errno} outside {allowed.start}-{allowed.stop - 1}"])
+    if not entry.links and allowed == OFFICIAL_RANGE:
+        raise KBError([f"{path}:1: links: an errmap code needs at least one upstream link (your own entries, "
+                       f"{USER_RANGE.start}-{USER_RANGE.stop - 1}, may have none)"])
     if not path.name.startswith(f"{entry.errno}-{entry.slug}."):
         raise KBError([f"{path}:1: file name must be {entry.errno}-{entry.slug}.yaml"])
     return entry

@@ -127,7 +127,7 @@ class Entry(BaseModel):
     key: list[str] = Field(default_factory=list, description="captures that tell two incidents apart")
     cause: str = Field(min_length=10)
     fix: list[str] = Field(min_length=1)
-    links: list[Link] = Field(min_length=1)
+    links: list[Link] = Field(default_factory=list, description="required for 1001-1048 (errmap.kb), optional for your own")
     probes: list[str] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
     related: list[int] = Field(default_factory=list)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import subprocess
@@ -81,6 +82,15 @@ def test_search_words_come_from_the_messages(kb):
         tags = docs.search_words(e)
         assert not [(a, b) for a in tags for b in tags if a != b and b.startswith(a)], e.errno
     assert "memoryerror" in docs.search_words(kb.get(1021)) and "memory" not in docs.search_words(kb.get(1021))
+
+
+def test_search_words_hold_the_values_a_pattern_lists(kb):
+    assert docs._values(r"^KeyError: '(?P<column>prompt|reward_model|data source)'$") == ["prompt", "reward_model", "data source"]
+    assert docs._values(r"(?P<n>\d+|x)") == []  # a class is not a value
+    words = docs.search_words(kb.get(1033))
+    assert "prompts" in words and "keyerror" in words  # `prompt` begins `prompts`: typed, it finds that one
+    plain = docs.search_words(kb.get(1008))
+    assert "qqshard" not in plain and {"qqshard", "qqloader"} <= set(docs.search_words(kb.get(1008), ("qqshard_qqloader",)))
 
 
 def test_search_separator_is_the_one_mkdocs_uses():
@@ -232,6 +242,19 @@ def test_scan_links_each_diagnosis_to_its_page(tmp_path):
     assert "https://docs.example.invalid/errmap/errno/1012/" in proc.stdout.decode()
 
 
+def test_sarif_help_uri_is_never_a_local_file(tmp_path):
+    from errmap import formats
+
+    log = tmp_path / "train.log"
+    log.write_text("step 1\n" + TRITON + "\n", encoding="utf-8")
+    doc = json.loads(errmap("scan", "--format", "json", str(log)).stdout)
+    (d,) = doc["diagnoses"]
+    page = tmp_path / "site" / "errno" / "1012" / "index.html"  # what docs_url gives after `docs build`
+    for docs_value, want in ((page.as_uri(), None), (None, None), ("https://docs.example.invalid/errmap/errno/1012/",) * 2):
+        (rule,) = formats.sarif([{**d, "docs": docs_value}], [])["runs"][0]["tool"]["driver"]["rules"]
+        assert rule.get("helpUri") == want, docs_value
+
+
 # ---------------------------------------------------------------- the build
 
 
@@ -247,6 +270,94 @@ def site(tmp_path_factory) -> Path:
     proc = errmap("docs", "build", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     return out
+
+
+def test_build_never_deletes_a_users_files(tmp_path):
+    out = tmp_path / "p"
+    (out / "thesis").mkdir(parents=True)
+    (out / "thesis" / "ch1.tex").write_text("only-copy\n", encoding="utf-8")
+    proc = errmap("docs", "build", "--out", str(out))
+    assert proc.returncode == 2
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "not an errmap site" in err and "thesis" in err, err
+    assert (out / "thesis" / "ch1.tex").read_text(encoding="utf-8") == "only-copy\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # nothing built beside it either
+
+
+def test_rebuild_replaces_only_an_earlier_site(site):
+    needs_mkdocs()
+    written = set((site / docs.MARKER).read_text(encoding="utf-8").splitlines()[1:])
+    assert "errno/1012/index.html" in written and "index.html" in written
+    (site / "errno" / "1012" / "index.html").write_text("stale", encoding="utf-8")
+    (site / ".keep").write_text("hidden", encoding="utf-8")  # MkDocs never deletes a dot-file at the top
+    proc = errmap("docs", "build", "--out", str(site), timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert ">1012 · " in (site / "errno" / "1012" / "index.html").read_text(encoding="utf-8")
+    assert (site / ".keep").read_text(encoding="utf-8") == "hidden"
+    (site / "errno" / "notes.txt").write_text("mine", encoding="utf-8")
+    proc = errmap("docs", "build", "--out", str(site))
+    assert proc.returncode == 2 and "errno/notes.txt" in proc.stderr.decode()
+    assert (site / "errno" / "notes.txt").read_text(encoding="utf-8") == "mine"
+    (site / "errno" / "notes.txt").unlink()
+
+
+HOSTILE_ENTRY = """\
+errno: 9001
+slug: hostile-title
+title: "</title><script>window.pwned = 1</script> <b>bold</b> & co"
+group: "<img src=x onerror=\\"window.pwned = 2\\"> In-house"
+role: root
+summary: "A summary with <i>markup</i> in it."
+anchors:
+  - literal: "HOSTILESRV: lost"
+    regex: 'HOSTILESRV: lost'
+    source: "our own server"
+cause: "A cause with <u>markup</u>."
+fix:
+  - "Do <em>this</em>."
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_site(tmp_path_factory) -> Path:
+    """A site built with a user KB entry whose title and group are HTML."""
+    needs_mkdocs()
+    kb_dir = tmp_path_factory.mktemp("hostile-kb")
+    (kb_dir / "9001-hostile-title.yaml").write_text(HOSTILE_ENTRY, encoding="utf-8")
+    out = tmp_path_factory.mktemp("hostile-site")
+    proc = errmap("docs", "build", "--kb", str(kb_dir), "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    return out
+
+
+def test_nav_titles_are_escaped(kb):
+    import yaml
+
+    from errmap.kb import Entry
+
+    data = yaml.safe_load(HOSTILE_ENTRY)
+    entry = Entry.from_dict({**data, "anchors": [dict(data["anchors"][0], unless=None, frame=None)], "links": []})
+    (group,) = [g for g in docs.nav([entry]) if isinstance(g, dict) and "Home" not in g and "Error codes" not in g]
+    (name, items), = group.items()
+    assert "<" not in name and html.unescape(name) == data["group"]
+    (title, uri), = items[0].items()
+    assert "<" not in title and html.unescape(title) == f"9001 · {data['title']}" and uri == "errno/9001/index.md"
+
+
+def test_a_kb_title_or_group_is_text_on_every_page(hostile_site):
+    pages = sorted(hostile_site.rglob("*.html"))
+    assert (hostile_site / "errno" / "9001" / "index.html") in pages
+    for page in pages:
+        markup = page.read_text(encoding="utf-8")
+        for raw in ("<script>window.pwned", "<img src=x", "<b>bold", "</title><script>", "<i>markup", "<u>markup", "<em>this"):
+            assert raw not in markup, (page, raw)
+    page = (hostile_site / "errno" / "9001" / "index.html").read_text(encoding="utf-8")
+    assert "<title>9001 · &lt;/title&gt;&lt;script&gt;window.pwned = 1&lt;/script&gt; &lt;b&gt;bold&lt;/b&gt; &amp; co - errmap</title>" in page
+    import json
+
+    index = json.loads((hostile_site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    for doc in index["docs"]:
+        assert "<script" not in doc["title"] + doc["text"] and "<img" not in doc["title"] + doc["text"], doc
 
 
 def test_build_has_a_page_per_kb_file(site):
@@ -276,9 +387,10 @@ def test_search_index_holds_the_log_words(site):
 
 def _checkout_copy(tmp_path: Path) -> Path:
     root = tmp_path / "checkout"
-    (root / "errmap").mkdir(parents=True)
+    root.mkdir()
     shutil.copy(ROOT / "mkdocs.yml", root)
-    shutil.copy(ROOT / "errmap" / "docs.py", root / "errmap")
+    # The whole package: the hook imports errmap, which must be this one and not an installed copy.
+    shutil.copytree(ROOT / "errmap", root / "errmap", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "docs", root / "docs")
     shutil.copytree(ROOT / "kb", root / "kb")
     return root
@@ -327,3 +439,18 @@ def test_serve_answers_on_localhost(site):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_serve_on_a_busy_or_bad_port_says_so(site):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = errmap("docs", "serve", "--dir", str(site), "--port", str(port), timeout=30)
+    assert proc.returncode == 2
+    assert f"cannot serve on 127.0.0.1:{port}: Address already in use" in proc.stderr.decode()
+    for bad in ("70000", "-1", "http"):
+        proc = errmap("docs", "serve", "--dir", str(site), "--port", bad, timeout=30)
+        assert proc.returncode == 2 and "Invalid value for '--port'" in proc.stderr.decode(), bad

@@ -40,13 +40,40 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+# A user KB entry whose title and group are HTML: the site must show them as text.
+HOSTILE_ENTRY = """\
+errno: 9001
+slug: hostile-title
+title: "</title><script>window.pwned = 1</script> <b>bold</b> & co"
+group: "<img src=x onerror=\\"window.pwned = 2\\"> In-house"
+role: root
+summary: "A summary with <i>markup</i> in it."
+anchors:
+  - literal: "HOSTILESRV: shard lost"
+    regex: 'HOSTILESRV: shard lost'
+    source: "our own server"
+cause: "A cause with <u>markup</u>."
+fix:
+  - "Do <em>this</em>."
+"""
+HOSTILE_TITLE = "9001 · </title><script>window.pwned = 1</script> <b>bold</b> & co"
+
+
 @pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
+def site_dir(tmp_path_factory) -> Path:
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
+    kb_dir = tmp_path_factory.mktemp("user-kb")
+    (kb_dir / "9001-hostile-title.yaml").write_text(HOSTILE_ENTRY, encoding="utf-8")
     site = tmp_path_factory.mktemp("site")
-    proc = errmap("docs", "build", "--out", str(site), timeout=300)
+    proc = errmap("docs", "build", "--kb", str(kb_dir), "--out", str(site), timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    return site
+
+
+@pytest.fixture(scope="module")
+def base_url(site_dir):
+    site = site_dir
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -111,7 +138,7 @@ def shot(page, name: str, **kw) -> Path:
 
 
 def kb_count() -> int:
-    return len(list((ROOT / "kb").glob("[0-9]*.yaml")))
+    return len(list((ROOT / "kb").glob("[0-9]*.yaml"))) + 1  # and the user entry 9001
 
 
 def test_index_lists_every_code(browser, base_url, outside):
@@ -120,7 +147,7 @@ def test_index_lists_every_code(browser, base_url, outside):
     rows = page.locator("article table tbody tr")
     assert rows.count() == kb_count()
     codes = [rows.nth(i).locator("td").first.inner_text().strip() for i in range(rows.count())]
-    assert codes == sorted(codes) and all(re.fullmatch(r"\d{4}", c) for c in codes)
+    assert codes == sorted(codes) and all(re.fullmatch(r"\d{4}", c) for c in codes) and codes[-1] == "9001"
     first = rows.first.locator("a").first
     href = first.get_attribute("href")
     first.click()
@@ -137,6 +164,8 @@ def test_1012_page_shows_its_sections(browser, base_url, outside, name, viewport
     assert page.locator("h1").inner_text().startswith("1012 · ")
     titles = [t.strip().rstrip("¶").strip() for t in page.locator("article h2").all_inner_texts()]
     assert titles == list(SECTIONS)
+    # What the reader came for starts on the first screen, even on a phone.
+    assert page.locator("article h2#how-to-fix").bounding_box()["y"] < viewport["height"]
     from errmap import kb as kbmod
 
     entry = kbmod.load().get(1012)
@@ -212,3 +241,91 @@ def test_every_page_fits_a_phone_width(browser, base_url, outside):
     context.close()
     assert not wide, wide
     assert not outside
+
+
+def test_a_kb_title_and_group_show_as_text(browser, base_url, outside):
+    """A user entry's HTML title and group: text in the menu, the header, <title> and the page; nothing runs."""
+    context, page = open_page(browser, base_url, outside, LAPTOP)
+    for path in ("/", "/errno/1012/", "/errno/9001/"):
+        page.goto(base_url + path)
+        page.wait_for_load_state("load")
+        assert page.evaluate("window.pwned") is None, path
+        # textContent: the link may be hidden inside a closed section of the menu.
+        links = page.evaluate("""Array.from(document.querySelectorAll('nav.md-nav a'))
+            .map(a => a.textContent.trim().replace(/\\s+/g, ' ')).filter(t => t.startsWith('9001'))""")
+        assert links and set(links) == {HOSTILE_TITLE}, (path, links)
+        assert page.locator("nav.md-nav b, nav.md-nav img, article b, article img").count() == 0, path
+        assert "<img src=x" in page.locator("nav.md-nav").first.text_content(), path
+    assert page.title() == HOSTILE_TITLE + " - errmap"
+    assert page.locator("h1").inner_text().rstrip("¶").strip() == HOSTILE_TITLE
+    assert page.locator(".md-header__topic").last.inner_text().strip() == HOSTILE_TITLE
+    hrefs = search(page, "HOSTILESRV shard lost")
+    assert "9001/index.html" in hrefs[0], hrefs
+    first = page.locator(".md-search-result__item").first
+    assert HOSTILE_TITLE in first.inner_text() and page.evaluate("window.pwned") is None
+    context.close()
+    assert not outside
+
+
+def test_a_page_from_the_file_system_says_search_needs_serve(browser, site_dir):
+    context = browser.new_context(viewport=LAPTOP, service_workers="block")
+    page = context.new_page()
+    page.goto((site_dir / "index.html").as_uri())
+    note = page.locator(".errmap-no-search")
+    assert note.count() == 1 and "errmap docs serve" in note.inner_text()
+    assert "errmap docs serve" in page.locator(".md-search__input").get_attribute("placeholder")
+    context.close()
+
+
+def test_served_pages_carry_no_file_system_note(browser, base_url, outside):
+    context, page = open_page(browser, base_url, outside, LAPTOP)
+    page.goto(base_url + "/")
+    assert page.locator(".errmap-no-search").count() == 0
+    context.close()
+
+
+def _first_page(page, words: str) -> int | None:
+    """The errno of the first search result for words pasted into the box."""
+    box = page.locator(".md-search__input")
+    box.fill(words[:-1])
+    box.press_sequentially(words[-1])  # the theme searches on a key typed
+    try:
+        page.wait_for_selector(".md-search-result__item", timeout=15000)
+    except Exception:  # no result at all
+        return None
+    page.wait_for_timeout(500)  # the results of the last keystroke replace those of the one before
+    hrefs = [a.get_attribute("href") or "" for a in page.locator(".md-search-result__link").all()]
+    m = next((re.search(r"errno/(\d+)/index\.html", h) for h in hrefs), None)
+    return int(m[1]) if m else None
+
+
+def _misses(browser, base_url, outside, queries: list[tuple[str, int]]) -> dict:
+    context, page = open_page(browser, base_url, outside, LAPTOP)
+    page.goto(base_url + "/")
+    page.locator(".md-search__input").click()
+    wrong = {}
+    for words, errno in queries:
+        got = _first_page(page, words)
+        if got != errno:
+            wrong[words] = (errno, got)
+    context.close()
+    assert not outside
+    return wrong
+
+
+def test_a_pasted_log_line_finds_its_page_first(browser, base_url, outside):
+    """A column name the pattern of 1033 lists ranks its page above pages that only share `KeyError`."""
+    wrong = _misses(browser, base_url, outside, [("KeyError: prompt", 1033), ("No space left on device", 1024),
+                                                 ("CUDA out of memory. Tried to allocate 20.00 MiB", 1017)])
+    assert not wrong, wrong
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Material's lunr search drops stop words from the index but expands a typed one as a prefix of "
+    "other pages' words ('in' finds 'invalid'), and has no phrase search: a first literal made mostly "
+    "of stop words or a bare prefix (\"KeyError: '\", 'is not in struct') can rank another page first"))
+def test_every_codes_first_message_finds_its_page_first(browser, base_url, outside):
+    from errmap import kb as kbmod
+
+    wrong = _misses(browser, base_url, outside, [(e.anchors[0].literals[0], e.errno) for e in kbmod.load()])
+    assert not wrong, "\n".join(f"{words!r}: want {want}, first {got}" for words, (want, got) in wrong.items())
