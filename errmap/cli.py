@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -79,9 +81,13 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str
     Exit status: 0 no error found, 1 errors diagnosed, 2 usage or input error.
     """
     kb = _load_kb(kb_dirs)
-    found = expand(list(paths))
-    sniffer = verify.sniff(found.sources) if probe else None
-    report = scan(Matcher(kb), found.sources, found.errors)
+    try:
+        found = expand(list(paths))
+        sniffer = verify.sniff(found.sources) if probe else None
+        report = scan(Matcher(kb), found.sources, found.errors)
+    except KeyboardInterrupt:
+        _console(stderr=True).print("[bold red]errmap:[/] interrupted; nothing diagnosed")
+        sys.exit(130)
     if sniffer is not None:
         verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
     _emit(report, fmt, verbose)
@@ -367,7 +373,17 @@ def docs_serve(site: str | None, port: int) -> None:
 def run() -> None:
     """Entry point with the process-level behaviour a pipe tool needs."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL) if hasattr(signal, "SIGPIPE") else None
-    main()
+    try:
+        try:
+            main()
+        finally:
+            sys.stdout.flush()
+    except OSError as exc:  # stdout on a full disk or /dev/full: say so once, then stop writing there
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"errmap: cannot write the report: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(EXIT_INPUT)
 
 
 if __name__ == "__main__":

@@ -188,6 +188,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     residue = report.triage.unrecognized()
     lines = sum(s.lines for s in report.sources)
     scanned = f"{len(report.sources)} file{'s' if len(report.sources) != 1 else ''}, {lines:,} lines"
+    if not ranked and not residue and report.errors:
+        con.print(f"[bold red]Nothing diagnosed:[/] {len(report.errors)} input(s) could not be read [dim]({scanned})[/]")
+        return
     if not ranked and not residue:
         con.print(f"[green]No error found[/] [dim]({scanned})[/]")
         return
