@@ -133,12 +133,18 @@ def _decompressor(path: str, f, kind: str):
 
 
 def _read_fd(fd: int, path: str) -> Iterator[bytes]:
-    """Whatever a pipe holds as soon as it arrives (no waiting for a full chunk)."""
+    """Whatever a pipe holds as soon as it arrives (no waiting for a full chunk); compressed data
+    on a stream is refused (it is not decompressed there) rather than scanned as noise."""
+    head = b""
     while True:
         try:
             chunk = os.read(fd, CHUNK)
         except OSError as exc:
             raise InputError(path, _reason(exc)) from None
+        if len(head) < 8:
+            head += chunk[: 8 - len(head)]
+            if kind := _magic(head, _COMPRESSED) or _magic(head, _ARCHIVES):
+                raise InputError(path, f"is {kind} data on a stream; decompress it first (e.g. zcat, xzcat, zstdcat)")
         if not chunk:
             return
         yield chunk

@@ -231,3 +231,9 @@ def test_ctrl_c_during_scan_exits_130(tmp_path):
     w.close()
     assert b"Traceback" not in err and b"Aborted!" not in err
     assert proc.returncode == 130 and b"interrupted" in err
+
+
+def test_compressed_data_on_stdin_is_refused_not_clean(tmp_path):
+    proc = errmap("scan", "-", input=gzip.compress(BODY.encode()))
+    assert proc.returncode == 2 and b"decompress it first" in proc.stdout + proc.stderr
+    assert b"No error found" not in proc.stdout
