@@ -76,7 +76,7 @@ def main() -> None:
 @probe_options
 def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str, ...],
              probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
-    """Diagnose log files, directories of logs, .gz files or - for stdin.
+    """Diagnose log files, directories of logs, compressed files (gz, bz2, xz, zst) or - for stdin.
 
     Exit status: 0 no error found, 1 errors diagnosed, 2 usage or input error.
     """

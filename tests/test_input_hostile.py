@@ -237,3 +237,30 @@ def test_compressed_data_on_stdin_is_refused_not_clean(tmp_path):
     proc = errmap("scan", "-", input=gzip.compress(BODY.encode()))
     assert proc.returncode == 2 and b"decompress it first" in proc.stdout + proc.stderr
     assert b"No error found" not in proc.stdout
+
+
+def test_data_fifo_and_huge_config_are_not_read(tmp_path):
+    from errmap.probes.base import Context, run
+
+    fifo = tmp_path / "train.parquet"
+    os.mkfifo(fifo)  # opening it would wait for a writer that never comes
+    assert run("data.file", Context(data=str(fifo))).value["regular"] is False
+    assert "not a regular file" in run("data.columns", Context(data=str(fifo))).reason
+    model = tmp_path / "model"
+    model.mkdir()
+    with open(model / "config.json", "wb") as f:  # sparse: 100 MB on paper, nothing on disk
+        f.truncate(100 << 20)
+    fact = run("model.vocab", Context(model=str(model)))
+    assert fact.value is None and "not read" in fact.reason
+
+
+def test_kb_cache_keeps_a_bounded_number_of_states(tmp_path):
+    cache = tmp_path / "cache"
+    for i in range(12):  # twelve different user KB states, one cache file each before pruning
+        kbdir = tmp_path / f"kb{i}"
+        kbdir.mkdir()
+        (kbdir / "9001-test-marker.yaml").write_text(
+            (ROOT / "tests" / "data" / "userkb" / "9001-test-marker.yaml").read_text() + f"# state {i}\n")
+        proc = errmap("explain", "9001", env={"ERRMAP_CACHE_DIR": str(cache), "ERRMAP_KB_PATH": str(kbdir)})
+        assert proc.returncode == 0, proc.stderr
+    assert 1 <= len(list(cache.glob("kb-*.json"))) <= 8

@@ -39,6 +39,8 @@ def _parquet(ctx):
         raise Unknown(f"file not found: {path}")
     if path.is_dir():
         raise Unknown(f"{path} is a directory, not a parquet file")
+    if not path.is_file():
+        raise Unknown(f"{path} is not a regular file (a FIFO or device); not read")
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -56,6 +58,9 @@ def data_file(ctx):
         return via(out, "filesystem")
     if path.is_dir():
         out.update(is_dir=True, parquet=False)
+        return via(out, "filesystem")
+    if not path.is_file():  # a FIFO or device: opening it would wait for a writer
+        out.update(regular=False, parquet=False)
         return via(out, "filesystem")
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -141,8 +146,15 @@ def _model_dir(ctx) -> Path:
     return path
 
 
+JSON_LIMIT = 64 << 20  # a tokenizer.json is tens of MB; a config much larger is not one
+
+
 def _read_json(path: Path) -> dict:
     try:
+        if not path.is_file():
+            raise Unknown(f"cannot read {path}: not a regular file")
+        if (size := path.stat().st_size) > JSON_LIMIT:
+            raise Unknown(f"{path} is {size:,} bytes, more than a model's JSON file holds; not read")
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise Unknown(f"cannot read {path}: {exc}"[:300]) from None
