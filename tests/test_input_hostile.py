@@ -264,3 +264,16 @@ def test_kb_cache_keeps_a_bounded_number_of_states(tmp_path):
         proc = errmap("explain", "9001", env={"ERRMAP_CACHE_DIR": str(cache), "ERRMAP_KB_PATH": str(kbdir)})
         assert proc.returncode == 0, proc.stderr
     assert 1 <= len(list(cache.glob("kb-*.json"))) <= 8
+
+
+def test_checkpoint_probe_never_lists_an_arbitrary_folder(tmp_path):
+    from errmap.probes.base import Context, run
+
+    private = tmp_path / "home"
+    (private / ".ssh").mkdir(parents=True)
+    (private / ".ssh" / "id_ed25519").write_text("secret\n")
+    (private / "notes.txt").write_text("x\n")
+    (private / "model.safetensors").write_bytes(b"x")
+    v = run("ckpt.files", Context(captures={"path": str(private / "missing.pt")})).value
+    assert v["exists"] and v["named_present"] is False
+    assert v["files"] == ["model.safetensors"]

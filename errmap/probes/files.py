@@ -237,9 +237,13 @@ def model_vocab(ctx):
     return via({"model_vocab": model_vocab, "tokenizer_vocab": size, "fits": size <= model_vocab}, f"config.json and {how}")
 
 
+CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".distcp", ".index.json")
+
+
 @probe("ckpt.files", timeout=5, uses=("captures",))
 def ckpt_files(ctx):
-    """Files in the checkpoint folder named in the log, two levels deep (the first 200)."""
+    """Checkpoint files (weights, shards) in the checkpoint folder named in the log, two levels deep
+    (the first 200). Only checkpoint-shaped names: a log line naming any folder never lists it."""
     raw = ctx.capture("ckpt", "checkpoint", "dir", "path")
     if not raw:
         raise Unknown("the log names no checkpoint folder")
@@ -251,9 +255,10 @@ def ckpt_files(ctx):
         return via({"path": str(path), "exists": False, "files": [], "named": named, "named_present": None}, "filesystem")
     files: list[str] = []
     for p in sorted(path.iterdir()):
-        files.append(p.name + ("/" if p.is_dir() else ""))
         if p.is_dir():
-            files += [f"{p.name}/{q.name}" for q in sorted(p.iterdir())][:50]
+            files += [f"{p.name}/{q.name}" for q in sorted(p.iterdir()) if q.name.endswith(CKPT_SUFFIXES)][:50]
+        elif p.name.endswith(CKPT_SUFFIXES):
+            files.append(p.name)
         if len(files) >= 200:
             break
     return via({"path": str(path), "exists": True, "files": files[:200], "named": named,
