@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -84,14 +86,18 @@ def main() -> None:
 def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, report_path: str | None,
              kb_dirs: tuple[str, ...],
              probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
-    """Diagnose log files, directories of logs, .gz files or - for stdin.
+    """Diagnose log files, directories of logs, compressed files (gz, bz2, xz, zst) or - for stdin.
 
     Exit status: 0 no error found, 1 errors diagnosed, 2 usage or input error.
     """
     kb = _load_kb(kb_dirs)
-    found = expand(list(paths))
-    sniffer = verify.sniff(found.sources) if probe else None
-    report = scan(Matcher(kb), found.sources, found.errors, jobs)
+    try:
+        found = expand(list(paths))
+        sniffer = verify.sniff(found.sources) if probe else None
+        report = scan(Matcher(kb), found.sources, found.errors, jobs)
+    except KeyboardInterrupt:
+        _console(stderr=True).print("[bold red]errmap:[/] interrupted; nothing diagnosed")
+        sys.exit(130)
     if sniffer is not None:
         verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
     _save_report(report, fmt, report_path)
@@ -435,7 +441,17 @@ def docs_serve(site: str | None, port: int) -> None:
 def run() -> None:
     """Entry point with the process-level behaviour a pipe tool needs."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL) if hasattr(signal, "SIGPIPE") else None
-    main()
+    try:
+        try:
+            main()
+        finally:
+            sys.stdout.flush()
+    except OSError as exc:  # stdout on a full disk or /dev/full: say so once, then stop writing there
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"errmap: cannot write the report: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(EXIT_INPUT)
 
 
 if __name__ == "__main__":

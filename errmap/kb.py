@@ -343,6 +343,16 @@ def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:
     return Path(base) / f"kb-{h.hexdigest()[:24]}.json"
 
 
+CACHE_KEEP = 8  # cached KB states kept (one per set of KB files); older ones are removed
+
+
+def _prune(cache: Path) -> None:
+    """Remove all but the CACHE_KEEP newest cached KB states beside `cache`."""
+    states = sorted(cache.parent.glob("kb-*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in states[CACHE_KEEP:]:
+        old.unlink(missing_ok=True)
+
+
 def load(extra: list[Path] | None = None) -> KB:
     """The official KB plus user folders (`extra`, ERRMAP_KB_PATH).
 
@@ -373,6 +383,7 @@ def load(extra: list[Path] | None = None) -> KB:
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"entries": [e.to_dict() for e in entries.values()], "warnings": warnings}))
         os.replace(tmp, cache)
+        _prune(cache)
     except OSError:
         pass  # a read-only home: run without a cache
     return KB(entries, tuple(warnings))

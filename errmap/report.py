@@ -224,6 +224,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             con.print(f"   Likely cause: {LIKELY_SIGKILL} host RAM exhausted (the kernel's OOM killer sends SIGKILL and the "
                       "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
                       f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
+    if not ranked and not residue and report.errors:
+        con.print(f"[bold red]Nothing diagnosed:[/] {len(report.errors)} input(s) could not be read [dim]({scanned})[/]")
+        return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
             con.print(f"[green]No error found[/] [dim]({scanned})[/]")

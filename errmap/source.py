@@ -1,22 +1,32 @@
 """Sources: turn the paths a user gives into streams of byte chunks.
 
-Plain files, `.gz` files (a truncated one yields what it holds, then a warning), directories
-(recursively, e.g. a Ray session's logs/), globs and stdin. UTF-16 text is re-encoded as UTF-8.
+Plain files; gzip, bzip2, xz and zstd files, decompressed in bounded steps (a truncated or damaged
+one yields what it holds, then a warning); directories (recursively, following links but entering
+each folder once, each file counted once, e.g. a Ray session's logs/); globs with `**`; FIFOs and
+stdin. UTF-16 and UTF-32 text (with a BOM, or ASCII-range text without one) is re-encoded as UTF-8.
 Every problem with an input is an `InputError` naming the file, never a traceback.
 """
 
 from __future__ import annotations
 
+import bz2
 import codecs
+import fnmatch
 import glob
+import gzip
+import lzma
 import os
+import stat
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 CHUNK = 1 << 20
+
+# First bytes of each compression errmap reads, and of archives it does not open.
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+_ARCHIVES = {b"PK\x03\x04": "a zip archive", b"7z\xbc\xaf\x27\x1c": "a 7z archive"}
 
 
 class InputError(Exception):
@@ -27,6 +37,10 @@ class InputError(Exception):
 
 def _reason(exc: OSError) -> str:
     return exc.strerror.lower() if exc.strerror else str(exc)
+
+
+def _magic(head: bytes, table: dict[bytes, str]) -> str | None:
+    return next((name for magic, name in table.items() if head.startswith(magic)), None)
 
 
 @dataclass
@@ -42,77 +56,164 @@ class Source:
     def chunks(self) -> Iterator[bytes]:
         """Byte chunks of this source; raises InputError when it cannot be opened."""
         if self.path == "-":
-            raw = _read_fd(sys.stdin.buffer.fileno())
+            if sys.stdin is None:
+                raise InputError("-", "stdin is closed")
+            raw = _read_fd(sys.stdin.fileno(), "-")
         else:
             raw = self._read_file()
-        yield from self._count(_utf16_to_utf8(raw))
+        recoder = Recoder()
+        for chunk in raw:
+            if out := recoder.feed(chunk):
+                yield from self._count(out)
+        yield from self._count(recoder.finish())
+        self.warning = self.warning or recoder.warning
 
-    def _count(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
-        for chunk in chunks:
+    def _count(self, chunk: bytes) -> Iterator[bytes]:
+        if chunk:
             self.bytes_read += len(chunk)
             yield chunk
 
     def _read_file(self) -> Iterator[bytes]:
         try:
             f = open(self.path, "rb")
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # FIFO, character device: a stream
+                with f:
+                    yield from _read_fd(f.fileno(), self.path)
+                return
+            head = f.peek(8)[:8]
         except IsADirectoryError:
             raise InputError(self.path, "is a directory") from None
         except OSError as exc:
             raise InputError(self.path, _reason(exc)) from None
         with f:
-            if f.read(2) == b"\x1f\x8b":
-                f.seek(0)
-                yield from self._read_gzip(f)
+            if archive := _magic(head, _ARCHIVES):
+                raise InputError(self.path, f"is {archive}; unpack it and scan the folder")
+            if kind := _magic(head, _COMPRESSED):
+                yield from self._decompress(f, kind)
                 return
-            f.seek(0)
             while chunk := f.read(CHUNK):
                 yield chunk
 
-    def _read_gzip(self, f) -> Iterator[bytes]:
-        """Decompress member by member, yielding as it goes, so a cut file gives all it holds."""
-        d = zlib.decompressobj(wbits=31)
-        inside = False  # fed a member that has not ended yet
+    def _decompress(self, f, kind: str) -> Iterator[bytes]:
+        """Inflate at most CHUNK bytes per step (a 5 GB bomb stays small); a cut file gives all it holds."""
+        reader = _decompressor(self.path, f, kind)
         try:
-            while data := f.read(CHUNK):
-                while data:
-                    inside = True
-                    yield d.decompress(data)
-                    data = b""
-                    if d.eof:
-                        inside, data = False, d.unused_data
-                        d = zlib.decompressobj(wbits=31)
-        except zlib.error as exc:
-            self.warning = f"gzip data is damaged ({exc}); read up to the damage"
-            return
-        if inside:
-            yield d.flush()
-            self.warning = "gzip data ends early (the file is truncated); read up to the break"
+            while chunk := reader.read1(CHUNK):
+                yield chunk
+        except EOFError:
+            self.warning = f"{kind} data ends early (the file is truncated); read up to the break"
+        except (OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
+            self.warning = f"{kind} data is damaged ({exc}); read up to the damage"
+        except Exception as exc:  # zstandard.ZstdError
+            if type(exc).__name__ != "ZstdError":
+                raise
+            reason = "ends early (the file is truncated)" if "incomplete" in str(exc) else f"is damaged ({exc})"
+            self.warning = f"{kind} data {reason}; read up to the break"
 
 
-def _read_fd(fd: int) -> Iterator[bytes]:
-    """Whatever a pipe holds as soon as it arrives (no waiting for a full chunk)."""
+def _decompressor(path: str, f, kind: str):
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=f)
+    if kind == "bzip2":
+        return bz2.BZ2File(f)
+    if kind == "xz":
+        return lzma.LZMAFile(f)
+    try:  # Python 3.14 has zstd in the standard library; before it, the optional zstandard package
+        from compression import zstd  # type: ignore[import-not-found]
+
+        return zstd.ZstdFile(f)
+    except ImportError:
+        pass
+    try:
+        import zstandard
+    except ImportError:
+        raise InputError(path, "is zstd-compressed and no zstd decoder is installed: "
+                               "pip install 'errmap[zstd]', or decompress it first (zstd -d)") from None
+    return zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+
+
+def _read_fd(fd: int, path: str) -> Iterator[bytes]:
+    """Whatever a pipe holds as soon as it arrives (no waiting for a full chunk); compressed data
+    on a stream is refused (it is not decompressed there) rather than scanned as noise."""
+    head = b""
     while True:
         try:
             chunk = os.read(fd, CHUNK)
         except OSError as exc:
-            raise InputError("-", _reason(exc)) from None
+            raise InputError(path, _reason(exc)) from None
+        if len(head) < 8:
+            head += chunk[: 8 - len(head)]
+            if kind := _magic(head, _COMPRESSED) or _magic(head, _ARCHIVES):
+                raise InputError(path, f"is {kind} data on a stream; decompress it first (e.g. zcat, xzcat, zstdcat)")
         if not chunk:
             return
         yield chunk
 
 
-def _utf16_to_utf8(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    first = next(chunks, b"")
-    if first[:2] not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
-        if first:
-            yield first
-        yield from chunks
-        return
-    decoder = codecs.getincrementaldecoder("utf-16")("replace")
-    yield decoder.decode(first).encode()
-    for chunk in chunks:
-        yield decoder.decode(chunk).encode()
-    yield decoder.decode(b"", final=True).encode()
+_BOMS = [  # longest first: the UTF-32 LE BOM begins with the UTF-16 LE one
+    (codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"),
+]
+SNIFF = 4  # bytes needed before the encoding is decided (a UTF-32 BOM)
+
+
+def sniff_encoding(head: bytes) -> tuple[str | None, int]:
+    """The wide encoding of text starting with `head` and the length of its BOM; (None, 0) for UTF-8.
+
+    Without a BOM, text in the ASCII range shows its encoding by where the NUL bytes fall."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name, len(bom)
+    sample = head[: 4096 - 4096 % 4]
+    if len(sample) < 4:
+        return None, 0
+
+    def nul(start: int, step: int) -> float:
+        part = sample[start::step]
+        return part.count(0) / len(part)
+
+    lanes = [nul(i, 4) for i in range(4)]
+    if lanes[0] < 0.1 and min(lanes[1:]) > 0.9:
+        return "utf-32-le", 0
+    if lanes[3] < 0.1 and min(lanes[:3]) > 0.9:
+        return "utf-32-be", 0
+    even, odd = nul(0, 2), nul(1, 2)
+    if even < 0.1 and odd > 0.5:
+        return "utf-16-le", 0
+    if odd < 0.1 and even > 0.5:
+        return "utf-16-be", 0
+    return None, 0
+
+
+class Recoder:
+    """Bytes in, UTF-8 bytes out: passes UTF-8 through, re-encodes UTF-16/32 (decided from the first bytes)."""
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._decode: Callable[[bytes, bool], str] | None = None
+        self._decided = False
+        self.warning: str | None = None
+
+    def feed(self, data: bytes) -> bytes:
+        if self._decided:
+            return self._decode(data, False).encode() if self._decode else data
+        self._head += data
+        if len(self._head) < SNIFF:
+            return b""  # a pipe's first read can be one byte: wait for enough to see a BOM
+        return self._decide()
+
+    def finish(self) -> bytes:
+        out = b"" if self._decided else self._decide()
+        return out + (self._decode(b"", True).encode() if self._decode else b"")
+
+    def _decide(self) -> bytes:
+        self._decided = True
+        head, self._head = self._head, b""
+        encoding, bom = sniff_encoding(head)
+        if encoding is None:
+            return head
+        self._decode = codecs.getincrementaldecoder(encoding)("replace").decode
+        return self._decode(head[bom:], False).encode()
 
 
 @dataclass
@@ -121,22 +222,116 @@ class Expanded:
     errors: list[InputError] = field(default_factory=list)
 
 
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _walk(root: str, errors: list[InputError], hidden: bool = True) -> Iterator[str]:
+    """Every file under `root`, without recursion (any depth), following links to folders but
+    entering each folder once (a link loop ends); a folder that cannot be read is an error."""
+    seen: set[tuple[int, int]] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            st = os.stat(folder)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            errors.append(InputError(folder, _reason(exc)))
+            continue
+        for entry in entries:
+            if not hidden and entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir():
+                    stack.append(entry.path)
+                elif entry.is_file():
+                    yield entry.path
+            except OSError:
+                continue  # a dangling link: nothing to read
+
+
+def _glob_root(pattern: str) -> tuple[str, list[str]]:
+    """The folder before the first wildcard ("" for the current one), and the parts after it."""
+    parts = pattern.split(os.sep)
+    i = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    root = os.sep.join(parts[:i])
+    return (os.sep if not root and pattern.startswith(os.sep) else root), parts[i:]
+
+
+def _closure(states: set[int], pats: list[str]) -> set[int]:
+    out, todo = set(), list(states)
+    while todo:
+        s = todo.pop()
+        if s not in out:
+            out.add(s)
+            if s < len(pats) and pats[s] == "**":
+                todo.append(s + 1)  # ** may stand for no folder at all
+    return out
+
+
+def _match(parts: list[str], pats: list[str]) -> bool:
+    """Path parts against glob parts, `**` standing for any number of (not hidden) folders."""
+    states = _closure({0}, pats)
+    for part in parts:
+        nxt = set()
+        for s in states:
+            if s == len(pats):
+                continue
+            if pats[s] == "**":
+                if not part.startswith("."):
+                    nxt.add(s)
+            elif (not part.startswith(".") or pats[s].startswith(".")) and fnmatch.fnmatchcase(part, pats[s]):
+                nxt.add(s + 1)
+        states = _closure(nxt, pats)
+    return len(pats) in states
+
+
+def _glob(pattern: str, errors: list[InputError]) -> list[str]:
+    """glob.glob, except that `**` walks each folder once (glob.glob loops on a link to a parent)."""
+    if "**" not in pattern:
+        return glob.glob(pattern)
+    root, pats = _glob_root(pattern)
+    found = []
+    for path in _walk(root or os.curdir, errors, hidden=False):
+        rel = os.path.relpath(path, root or os.curdir)
+        if _match(rel.split(os.sep), pats):
+            found.append(path if root else rel)
+    return found
+
+
 def expand(paths: list[str]) -> Expanded:
-    """Files as given, directories walked recursively (sorted), unmatched globs expanded."""
+    """Files as given; directories walked and unmatched globs expanded, sorted, each file once."""
     out = Expanded()
+    seen: set[tuple[int, int]] = set()
+
+    def add_found(files: list[str]) -> None:
+        for f in sorted(files):
+            ident = _file_id(f)
+            if ident is not None and ident not in seen:
+                seen.add(ident)
+                out.sources.append(Source(f))
+
     for p in paths:
         if p == "-":
             out.sources.append(Source("-"))
         elif os.path.isdir(p):
-            files = sorted(str(f) for f in Path(p).rglob("*") if f.is_file())
-            if not files:
+            before = len(out.sources)
+            add_found(list(_walk(p, out.errors)))
+            if len(out.sources) == before and not out.errors:
                 out.errors.append(InputError(p, "directory holds no files"))
-            out.sources += [Source(f) for f in files]
         elif not os.path.lexists(p) and glob.has_magic(p):
-            found = sorted(glob.glob(p, recursive=True))
-            if not found:
+            before = len(out.sources)
+            add_found(_glob(p, out.errors))
+            if len(out.sources) == before:
                 out.errors.append(InputError(p, "no file matches this pattern"))
-            out.sources += [Source(f) for f in found if os.path.isfile(f)]
         else:
             out.sources.append(Source(p))
     return out

@@ -90,6 +90,8 @@ def _table(ctx) -> _Table:
         raise Unknown(f"file not found: {path}")
     if path.is_dir():
         raise Unknown(f"{path} is a directory, not a data file")
+    if not path.is_file():
+        raise Unknown(f"{path} is not a regular file (a FIFO or device); not read")
     if path.name.endswith((".arrow", ".csv")):
         raise Unknown(f"{path}: the probes read parquet and JSON lines files only")
     try:
@@ -109,6 +111,9 @@ def data_file(ctx):
         return via(out, "filesystem")
     if path.is_dir():
         out.update(is_dir=True, parquet=False)
+        return via(out, "filesystem")
+    if not path.is_file():  # a FIFO or device: opening it would wait for a writer
+        out.update(regular=False, parquet=False)
         return via(out, "filesystem")
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -182,8 +187,15 @@ def _model_dir(ctx) -> Path:
     return path
 
 
+JSON_LIMIT = 64 << 20  # a tokenizer.json is tens of MB; a config much larger is not one
+
+
 def _read_json(path: Path) -> dict:
     try:
+        if not path.is_file():
+            raise Unknown(f"cannot read {path}: not a regular file")
+        if (size := path.stat().st_size) > JSON_LIMIT:
+            raise Unknown(f"{path} is {size:,} bytes, more than a model's JSON file holds; not read")
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise Unknown(f"cannot read {path}: {exc}"[:300]) from None
@@ -266,9 +278,13 @@ def model_vocab(ctx):
     return via({"model_vocab": model_vocab, "tokenizer_vocab": size, "fits": size <= model_vocab}, f"config.json and {how}")
 
 
+CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".distcp", ".index.json")
+
+
 @probe("ckpt.files", timeout=5, uses=("captures",))
 def ckpt_files(ctx):
-    """Files in the checkpoint folder named in the log, two levels deep (the first 200)."""
+    """Checkpoint files (weights, shards) in the checkpoint folder named in the log, two levels deep
+    (the first 200). Only checkpoint-shaped names: a log line naming any folder never lists it."""
     raw = ctx.capture("ckpt", "checkpoint", "dir", "path")
     if not raw:
         raise Unknown("the log names no checkpoint folder")
@@ -280,9 +296,10 @@ def ckpt_files(ctx):
         return via({"path": str(path), "exists": False, "files": [], "named": named, "named_present": None}, "filesystem")
     files: list[str] = []
     for p in sorted(path.iterdir()):
-        files.append(p.name + ("/" if p.is_dir() else ""))
         if p.is_dir():
-            files += [f"{p.name}/{q.name}" for q in sorted(p.iterdir())][:50]
+            files += [f"{p.name}/{q.name}" for q in sorted(p.iterdir()) if q.name.endswith(CKPT_SUFFIXES)][:50]
+        elif p.name.endswith(CKPT_SUFFIXES):
+            files.append(p.name)
         if len(files) >= 200:
             break
     return via({"path": str(path), "exists": True, "files": files[:200], "named": named,
