@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any
 
 import regex
 
-import errmap
 from errmap.kb import KB
 from errmap.lines import Line
 from errmap.matcher import Event, Matcher
@@ -140,9 +140,16 @@ def _connect(address: str | None):
     except ImportError:
         raise ClusterError("--ray needs Ray in this Python: pip install 'errmap[ray]'") from None
     address = address or os.environ.get("RAY_ADDRESS") or "auto"
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit() and "://" not in address:
+        try:  # Ray itself retries an absent GCS for minutes
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            raise ClusterError(f"no Ray cluster reachable at {address!r}: {exc.strerror or exc}"
+                               " (start one with `ray start --head`, or give --ray=ADDRESS / RAY_ADDRESS)") from None
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False,
-                 runtime_env={"py_modules": [str(Path(errmap.__file__).parent)]})
+                 runtime_env={"py_modules": [str(Path(__file__).resolve().parent)]})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ClusterError(f"no Ray cluster reachable at {address!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                            " (start one with `ray start --head`, or give --ray=ADDRESS / RAY_ADDRESS)") from None
