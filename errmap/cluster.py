@@ -9,9 +9,11 @@ nodes. A node that dies or does not answer within --node-timeout is named; the o
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import socket
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -159,6 +161,12 @@ def _connect(address: str | None):
 def scan_cluster(kb: KB, address: str | None = None, node_paths: list[str] | None = None,
                  since: datetime | None = None, node_timeout: float = 60.0) -> ClusterScan:
     """Scan every alive node of the cluster at `address` and merge what they found into one report."""
+    with contextlib.redirect_stdout(sys.stderr):  # Ray prints its cluster events ("node ... marked dead") to stdout
+        return _scan(kb, address, node_paths, since, node_timeout)
+
+
+def _scan(kb: KB, address: str | None, node_paths: list[str] | None, since: datetime | None,
+          node_timeout: float) -> ClusterScan:
     ray = _connect(address)
     import pickle
 
