@@ -10,7 +10,6 @@ nodes. A node that dies or does not answer within --node-timeout is named; the o
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import socket
 import sys
