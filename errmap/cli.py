@@ -75,7 +75,7 @@ def main() -> None:
 
 
 @main.command("scan")
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1)
 @format_option("jsonl", "sarif", "github")
 @click.option("-v", "--verbose", is_flag=True, help="Every diagnosis in full and every unrecognized error line.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
@@ -83,14 +83,29 @@ def main() -> None:
 @report_option
 @kb_option
 @probe_options
+@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
+              help="Scan every node of a Ray cluster where its logs lie (default: the running one, or RAY_ADDRESS).")
+@click.option("--node-path", "node_paths", multiple=True, metavar="GLOB",
+              help="With --ray: more files to scan on each node, e.g. '/data/ckpt/*/train.log'.")
+@click.option("--since", default=None, metavar="TIME",
+              help="With --ray: only lines after TIME ('2026-12-03 10:00', or an age: 2h, 30m, 1d).")
+@click.option("--node-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+              help="With --ray: a node that has not answered by then is reported as such.")
 def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, report_path: str | None,
              kb_dirs: tuple[str, ...],
-             probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
-    """Diagnose log files, directories of logs, compressed files (gz, bz2, xz, zst) or - for stdin.
+             probe: bool = False, data_file: str | None = None, model_dir: str | None = None,
+             ray_address: str | None = None, node_paths: tuple[str, ...] = (), since: str | None = None,
+             node_timeout: float = 60.0) -> None:
+    """Diagnose log files, directories of logs, compressed files (gz, bz2, xz, zst) or - for stdin; or, with
+    --ray, a whole Ray cluster.
 
     Exit status: 0 no error found, 1 errors diagnosed, 2 usage or input error.
     """
     kb = _load_kb(kb_dirs)
+    if ray_address is not None:
+        _scan_ray(kb, ray_address, paths, node_paths, since, node_timeout, fmt, verbose, report_path)
+    if not paths:
+        raise click.UsageError("give log files or directories to scan, or --ray for a Ray cluster")
     try:
         found = expand(list(paths))
         sniffer = verify.sniff(found.sources) if probe else None
@@ -105,18 +120,42 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
     sys.exit(report.exit_code())
 
 
-def _emit(report: Report, fmt: str, verbose: bool) -> None:
+def _scan_ray(kb: kbmod.KB, address: str, paths: tuple[str, ...], node_paths: tuple[str, ...], since: str | None,
+              node_timeout: float, fmt: str, verbose: bool, report_path: str | None) -> None:
+    from errmap import cluster
+
+    if paths:
+        raise click.UsageError("--ray scans the nodes' own logs; name more files on every node with --node-path GLOB")
+    try:
+        cutoff = cluster.parse_since(since) if since else None
+        done = cluster.scan_cluster(kb, None if address == "auto" else address, list(node_paths), cutoff, node_timeout)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    except cluster.ClusterError as exc:
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(str(exc))}")
+        sys.exit(EXIT_INPUT)
+    more = {"nodes": [n.to_json() for n in done.nodes]}
+    _save_report(done.report, fmt, report_path, more)
+    fmt = "text" if report_path else fmt
+    _emit(done.report, fmt, verbose, more)
+    if fmt == "text":
+        for line in cluster.node_lines(done.nodes):
+            _console().print(f"[dim]{escape(line)}[/]")
+    sys.exit(done.report.exit_code())
+
+
+def _emit(report: Report, fmt: str, verbose: bool, more: dict | None = None) -> None:
     if fmt == "text":
         print_report(_console(), report, verbose)
         return
     for err in report.errors:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
-    click.echo(_machine(report, fmt), nl=False)
+    click.echo(_machine(report, fmt, more), nl=False)
 
 
-def _machine(report: Report, fmt: str) -> str:
-    """The report in a machine format (json for text), as the text of a file."""
-    doc = report.to_json()
+def _machine(report: Report, fmt: str, more: dict | None = None) -> str:
+    """The report in a machine format (json for text), as the text of a file; `more` adds to its JSON."""
+    doc = report.to_json() | (more or {})
     if fmt in ("json", "text"):
         return formats.dumps(doc) + "\n"
     if fmt == "sarif":
@@ -125,11 +164,11 @@ def _machine(report: Report, fmt: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def _save_report(report: Report, fmt: str, path: str | None) -> None:
+def _save_report(report: Report, fmt: str, path: str | None, more: dict | None = None) -> None:
     if path is None:
         return
     try:
-        Path(path).write_text(_machine(report, fmt), encoding="utf-8")
+        Path(path).write_text(_machine(report, fmt, more), encoding="utf-8")
     except OSError as exc:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(path)}: {escape(exc.strerror or str(exc))}")
         sys.exit(EXIT_INPUT)
