@@ -251,7 +251,7 @@ def _merge(kb: KB, nodes: list[NodeResult], results: dict[str, dict], payload: d
             inc.last = last
             inc.ranks |= ranks
             inc.hosts |= hosts | {node.label}
-            inc.files += [where + f for f in files if where + f not in inc.files]
+            inc.files.update(dict.fromkeys(where + f for f in files))
             triage._events = max(triage._events, base + order)
         for key, type_, message, first, order, inner, count in sorted(r["residue"], key=lambda x: x[4]):
             _place(first, node, where)

@@ -319,11 +319,15 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
 CACHE_VERSION = 2
 
 
+def cache_dir() -> Path:
+    return Path(os.environ.get("ERRMAP_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "errmap"
+    ))
+
+
 def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:
     """Where the validated KB of exactly these files is cached; None when there is nowhere to put it."""
-    base = os.environ.get("ERRMAP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "errmap"
-    )
+    base = cache_dir()
     code = [Path(__file__), Path(__file__).with_name("schema.py")]
     h = hashlib.sha256(f"{CACHE_VERSION} {[p.stat().st_mtime_ns for p in code]}".encode())
     for folder, allowed in folders:

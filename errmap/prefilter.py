@@ -8,8 +8,10 @@ the line around a hit, since no literal holds a line break.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class AhoCorasick:
@@ -30,8 +32,11 @@ class Hyperscan:
     def __init__(self, literals: list[bytes]):
         import hyperscan
 
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals), flags=0, literal=True)
+        self._db = _cached(literals)
+        if self._db is None:
+            self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            self._db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals), flags=0, literal=True)
+            _store(literals, self._db)
 
     def hits(self, block: bytes) -> Iterable[tuple[int, int]]:
         found: list[tuple[int, int]] = []
@@ -41,6 +46,42 @@ class Hyperscan:
 
         self._db.scan(block, match_event_handler=on_match)  # the handler is bound to a name: kept alive
         return found
+
+
+def _db_file(literals: list[bytes]) -> Path:
+    """The compiled database of exactly these literals (so of one KB's content), for this hyperscan."""
+    import hyperscan
+
+    from errmap.kb import cache_dir
+
+    h = hashlib.sha256(hyperscan.__version__.encode())  # a database is tied to the library that built it
+    for lit in literals:
+        h.update(len(lit).to_bytes(4, "little") + lit)
+    return cache_dir() / f"hs-{h.hexdigest()[:24]}.db"
+
+
+def _cached(literals: list[bytes]):
+    import hyperscan
+
+    try:
+        db = hyperscan.loadb(_db_file(literals).read_bytes(), hyperscan.HS_MODE_BLOCK)
+        db.scratch = hyperscan.Scratch(db)  # a loaded database comes without one
+        return db
+    except (OSError, hyperscan.HyperscanError):
+        return None
+
+
+def _store(literals: list[bytes], db) -> None:
+    import hyperscan
+
+    path = _db_file(literals)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(hyperscan.dumpb(db))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: compile each time
 
 
 def build(literals: list[bytes]) -> AhoCorasick | Hyperscan:

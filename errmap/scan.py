@@ -56,19 +56,18 @@ def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew 
         source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
 
 
-def _events(matcher: Matcher, source: Source) -> list[Event]:
+def _events(matcher: Matcher, source: Source) -> Iterator[Event]:
+    """One source's events as they are found (a worker collects them)."""
     scanner: Scanner = matcher.scanner(source.path)
-    events: list[Event] = []
     last = b"\n"
     try:
         for chunk in source.chunks():
             last = chunk[-1:] or last
-            events += scanner.feed(chunk)
+            yield from scanner.feed(chunk)
     except InputError as exc:
         source.error = exc.reason
-    events += scanner.finish()
+    yield from scanner.finish()
     source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
-    return events
 
 
 def jobs(requested: int | None = None) -> int:
@@ -147,7 +146,7 @@ def _unpack(matcher: Matcher, packed: list[tuple], offset: int) -> Iterator[Even
 def _whole(path: str) -> _Part:
     assert _matcher is not None
     source = Source(path)
-    events = _events(_matcher, source)
+    events = list(_events(_matcher, source))
     return _Part(_pack(_matcher, events, 0), source=source)
 
 

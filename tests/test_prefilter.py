@@ -43,3 +43,20 @@ def test_version_names_the_engine(engine):
         pytest.importorskip("hyperscan")
     out = errmap("--version", env={"ERRMAP_PREFILTER": engine}).stdout.decode()
     assert out.strip().endswith(f"(stage one: {engine})"), out
+
+
+def test_hyperscan_database_is_cached_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
+    pytest.importorskip("hyperscan")
+    from errmap import prefilter
+
+    monkeypatch.setenv("ERRMAP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ERRMAP_PREFILTER", "hyperscan")
+    data = b"".join(p.read_bytes() + b"\n" for p in LOGS[:40])
+    fresh = Matcher(kbmod.load())
+    [db] = tmp_path.glob("hs-*.db")
+    assert prefilter._cached(fresh.literals) is not None
+    cached = Matcher(kbmod.load())
+    assert list(cached.prefilter.hits(data)) == list(fresh.prefilter.hits(data))
+    db.write_bytes(b"not a database")
+    assert prefilter._cached(fresh.literals) is None
+    assert list(Matcher(kbmod.load()).prefilter.hits(data)) == list(fresh.prefilter.hits(data))
