@@ -65,6 +65,7 @@ class Doctor:
     model_facts: dict[str, Fact] = field(default_factory=dict)
     flash_attn: Fact | None = None
     warnings: list[Warning_] = field(default_factory=list)
+    typed: list[str] = field(default_factory=list)  # keys of overrides without `+` (which adds a key on purpose)
 
     # ------------------------------------------------------------ reading
 
@@ -107,6 +108,7 @@ class Doctor:
         self._gpu_warnings()
         self._data_warnings()
         self._batch_warnings()
+        self._key_warnings()
         self._model_warnings()
         self._config_warnings()
 
@@ -217,6 +219,21 @@ class Doctor:
             self.warn(1039, f"the per-GPU mini-batch ({m} × {r} / {gpus // sp} ranks = {per_gpu}) is not divisible by {u}; "
                             "verl refuses it: pick a micro-batch size that divides it", "run.config")
 
+    def _key_warnings(self) -> None:
+        """1038 for an override key verl's config does not have, when a key it has is that key misspelt."""
+        import difflib
+
+        known, free = verl_keys()
+        for key in self.typed:
+            parts = key.split(".")
+            if key in known or any(".".join(parts[:i]) in free for i in range(1, len(parts))):
+                continue
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+            if close:
+                self.warn(1038, f"{key} is not a key of verl's PPO trainer config (as of verl {VERL_KEYS_VERSION}): "
+                                f"did you mean {close[0]}? Hydra refuses an unknown key (prefix + adds one on purpose)",
+                          "run.config")
+
     def _model_warnings(self) -> None:
         if not self.model_facts:
             return
@@ -312,6 +329,22 @@ def _title(kb, errno: int) -> dict[str, str]:
     return {"slug": e.slug, "title": e.title} if e else {}
 
 
+VERL_KEYS_VERSION = "0.8.0.dev"  # of errmap/probes/verl_keys.txt
+
+
+def verl_keys() -> tuple[list[str], set[str]]:
+    """(every key of verl's PPO trainer config, the mappings under which any key goes): a mapping
+    written `{}` there, or one verl hands on as-is (override_*, *_kwargs)."""
+    from pathlib import Path
+
+    lines = [x for x in (Path(__file__).parent / "probes" / "verl_keys.txt").read_text().splitlines() if x and not x.startswith("#")]
+    known = [x for x in lines if not x.endswith(".*")]
+    free = {x[:-2] for x in lines if x.endswith(".*")}
+    free |= {".".join(k.split(".")[: i + 1]) for k in lines for i, part in enumerate(k.split("."))
+             if part.startswith("override_") or part.endswith("kwargs")}
+    return known, free
+
+
 def diagnose_setup(data: list[str], model: str | None, overrides: list[str]) -> Doctor:
     config = parse_overrides(overrides)
     files = list(data)
@@ -319,7 +352,7 @@ def diagnose_setup(data: list[str], model: str | None, overrides: list[str]) -> 
         for k in (key, "+" + key, "++" + key):
             files += [f for f in all_files(config.get(k)) if f not in files]
     model = model or config.get("actor_rollout_ref.model.path")
-    doc = Doctor(config, files, model)
+    doc = Doctor(config, files, model, typed=[a.partition("=")[0] for a in overrides if "=" in a and not a.startswith("+")])
     doc.run_probes()
     doc.predict()
     return doc

@@ -20,6 +20,7 @@ from errmap.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 
 JSON_VERSION = 1
 SHOWN_TEXT = 300  # characters of an evidence line shown in text output
+SHOWN_PER_CODE = 20  # diagnoses of one code shown in text output; --verbose and JSON list all kept
 SHOWN_STEPS = 4  # fix steps shown in text output; --verbose and `errmap explain` show all
 
 
@@ -234,10 +235,17 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
     con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({scanned}; root cause first)[/]\n")
+    shown: dict[int, int] = {}
     for n, (inc, d) in enumerate(tops, 1):
+        shown[d["errno"]] = shown.get(d["errno"], 0) + 1
+        if shown[d["errno"]] > SHOWN_PER_CODE and not verbose:
+            continue
         print_diagnosis(con, d, n, brief=summary or (n > 1 and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)
         con.print()
+    for errno, k in shown.items():
+        if k > SHOWN_PER_CODE and not verbose:
+            con.print(f"[dim]… {k - SHOWN_PER_CODE} more diagnoses of {errno} with other values (--verbose or --format json lists them)[/]")
     if residue:
         shown = residue if verbose or not tops else residue[:3]
         label = "Errors not in the knowledge base" if not tops else "Also seen, not in the knowledge base"

@@ -17,7 +17,7 @@ from errmap.matcher import Event, Match, Unrecognized
 
 MAX_EVIDENCE = 5
 # What a triage keeps is bounded whatever the log holds; what it drops it counts.
-MAX_PER_CODE = 20  # incidents kept per code; lines of further distinct incidents are counted
+MAX_PER_CODE = 1000  # incidents kept per code; lines of further distinct incidents are counted
 MAX_RESIDUE = 100  # distinct unrecognized records kept; lines of further ones are counted
 KEPT_TEXT = 4000  # characters kept of a line, a message or a capture
 _NUMBERS = regex.compile(r"\d+")

@@ -10,6 +10,7 @@ import json
 
 from conftest import errmap, scan_json
 
+from errmap.report import SHOWN_PER_CODE
 from errmap.triage import KEPT_TEXT, MAX_PER_CODE, MAX_RESIDUE
 
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -22,7 +23,7 @@ def word(i: int) -> str:
 
 
 def test_incidents_per_code_are_capped_and_counted(tmp_path):
-    n = MAX_PER_CODE + 230
+    n = MAX_PER_CODE + 230  # distinct incidents of one code past what is kept
     p = tmp_path / "mods.log"
     p.write_text("".join(f"ModuleNotFoundError: No module named 'pkg_{word(i)}'\n" for i in range(n)))
     doc = scan_json(p)
@@ -32,6 +33,8 @@ def test_incidents_per_code_are_capped_and_counted(tmp_path):
     assert doc["omitted"]["diagnoses"] == [{"errno": 1008, "lines": n - MAX_PER_CODE}]
     text = errmap("scan", str(p)).stdout.decode()
     assert f"and {n - MAX_PER_CODE} more lines of 1008" in text
+    assert f"… {MAX_PER_CODE - SHOWN_PER_CODE} more diagnoses of 1008 with other values" in text
+    assert text.count("│ ModuleNotFoundError") == SHOWN_PER_CODE  # one evidence line per diagnosis shown
 
 
 def test_repeats_of_a_kept_incident_still_count(tmp_path):

@@ -34,3 +34,16 @@ def test_each_rule(overrides, says):
 def test_valid_batches_and_megatron_give_nothing():
     assert batch_warnings("data.train_batch_size=64", f"{MINI}=16", f"{MICRO}=2", "actor_rollout_ref.rollout.n=4") == []
     assert batch_warnings("data.train_batch_size=12", "actor_rollout_ref.actor.strategy=megatron") == []
+
+
+def test_misspelt_keys_get_a_did_you_mean():
+    doc = json.loads(errmap("doctor", "--format", "json", "--", "data.train_batch_szie=64",
+                            "actor_rollout_ref.rollout.gpu_memory_utilisation=0.5",
+                            "actor_rollout_ref.model.override_config.attn_implementation=eager",  # a free mapping
+                            "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4", "+trainer.my_key=1",
+                            "trainer.n_gpus_per_node=8", timeout=300).stdout)
+    says = [w["says"] for w in doc["warnings"] if w["errno"] == 1038]
+    assert [s.split(":")[0] for s in says] == ["data.train_batch_szie is not a key of verl's PPO trainer config (as of verl 0.8.0.dev)",
+                                               "actor_rollout_ref.rollout.gpu_memory_utilisation is not a key of verl's PPO trainer config (as of verl 0.8.0.dev)"]
+    assert "did you mean data.train_batch_size?" in says[0]
+    assert "did you mean actor_rollout_ref.rollout.gpu_memory_utilization?" in says[1]
