@@ -321,7 +321,9 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, report_pat
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(log_path)}: {escape(exc.strerror or str(exc))}")
         sys.exit(EXIT_INPUT)
     try:
-        status = report.status = run_command(list(command), Matcher(kb), triage, source, on_new, log)
+        outcome = run_command(list(command), Matcher(kb), triage, source, on_new, log,
+                              notice=lambda msg: _console(stderr=True).print(f"[yellow]errmap:[/] {escape(msg)}"))
+        report.status, report.forced = outcome.status, outcome.forced
     except OSError as exc:  # the command could not be started
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(command[0])}: {escape(exc.strerror or str(exc))}")
         sys.exit(127)
@@ -330,7 +332,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, report_pat
             log.close()
     _save_report(report, file_fmt, report_path)
     _summary(report, fmt, probed, to_stderr=True)
-    sys.exit(status)
+    sys.exit(outcome.status)
 
 
 @main.command()

@@ -91,6 +91,7 @@ class Report:
     errors: list[InputError] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # per-errno additions, e.g. probe verdicts
     status: int | None = None  # `errmap run`: the command's exit status (128+N for signal N)
+    forced: bool = False  # `errmap run` killed the command itself, after a second Ctrl-C
 
     def command(self) -> dict[str, Any] | None:
         """How the command of `errmap run` ended; a SIGKILL that nothing in its output explains points at
@@ -100,7 +101,9 @@ class Report:
         out: dict[str, Any] = {"status": self.status}
         if self.status > 128 and (self.status - 128) in signal.valid_signals():
             out["signal"] = signal.Signals(self.status - 128).name
-        if out.get("signal") == "SIGKILL" and not self.triage.incidents:
+        if self.forced:
+            out["killed_by_errmap"] = True
+        elif out.get("signal") == "SIGKILL" and not self.triage.incidents:
             out["likely"] = LIKELY_SIGKILL
         return out
 
@@ -218,9 +221,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     scanned = f"{len(report.sources)} file{'s' if len(report.sources) != 1 else ''}, {lines:,} lines"
     cmd = report.command()
     if cmd and cmd["status"]:
-        how = f"was killed by {cmd['signal']}" if "signal" in cmd else "failed"
+        how = f" (killed by {cmd['signal']}{' after a second Ctrl-C' if cmd.get('killed_by_errmap') else ''})" if "signal" in cmd else ""
         known = "; no known cause in its output" if not ranked else ""
-        con.print(f"[bold red]The command {how}[/] [dim](exit status {cmd['status']}){known}[/]")
+        con.print(f"[bold red]The command failed[/] with status {cmd['status']}{how}{known}.")
         if "likely" in cmd:
             con.print(f"   Likely cause: {LIKELY_SIGKILL} host RAM exhausted (the kernel's OOM killer sends SIGKILL and the "
                       "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "

@@ -1,11 +1,17 @@
 """`errmap run -- CMD`: run a training command, pass its output through untouched, diagnose it live.
 
-On a terminal the command gets a pseudo-terminal of its own (its controlling terminal, in a session of
-its own), so it keeps its colours and its stdout/stderr order, and what the user types reaches it (a
-wandb or Hugging Face login prompt never hangs); otherwise its stdout and stderr stay separate pipes.
-Every chunk is forwarded as soon as it is read and the log gets exactly the bytes the command wrote
-(the pseudo-terminal adds no CR). Ctrl-C (and SIGTERM) go to the command; errmap waits for it and exits
-with its status. A reader that leaves (`| head`) stops the forwarding, never the command or the log.
+On a terminal the command gets a pseudo-terminal, so it keeps its colours and its stdout/stderr
+order; otherwise its stdout and stderr stay separate pipes. When errmap's stdin is the terminal,
+the pseudo-terminal is also the command's stdin and controlling terminal and errmap relays the
+keys, so prompts (`input()`, getpass) work and never stop the command in the background.
+
+Every chunk is forwarded as soon as it is read. The log and the matcher get whole lines: an
+unfinished line of one pipe waits for its end, so it never glues onto a line of the other. The
+pseudo-terminal does no output processing, so the log holds the bytes the command wrote (LF, not
+CRLF). SIGINT, SIGTERM, SIGHUP and SIGQUIT go to the command's process group (held if one comes
+while it starts); a second Ctrl-C kills it. errmap stops when the command exits, even when it
+leaves background processes holding its output, and a closed reader (`| head`) only stops the
+passthrough: the command, the log and the diagnosis go on.
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import select
 import selectors
 import signal
 import subprocess
-import sys
 import termios
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from errmap.matcher import Matcher
@@ -26,133 +34,285 @@ from errmap.source import Source
 from errmap.triage import Triage
 
 READ = 1 << 16
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+HELD = 1 << 20  # an unfinished line is held back from the log up to this size, then written as it is
+DRAIN = 1024  # reads, at most, of what is left in the command's outputs once it has exited
+QUIET = 0.05  # seconds without output, after the command exited, that end the drain
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
-def _write_all(fd: int, data: bytes) -> bool:
-    """Write everything; False once the reader has gone (EPIPE)."""
+@dataclass
+class Outcome:
+    status: int  # as a shell reports it: 128+N when signal N killed the command
+    signal: int | None = None  # the signal that killed it
+    forced: bool = False  # errmap killed it after a second Ctrl-C
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.signal).name if self.signal else None
+
+
+def silence(fd: int) -> None:
+    """The reader of `fd` is gone (a closed pipe, a hung-up terminal): send the rest to /dev/null."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
+def _write_all(fd: int, data: bytes) -> None:
     while data:
         try:
             data = data[os.write(fd, data):]
-        except BrokenPipeError:
-            return False
-    return True
+        except BlockingIOError:  # an inherited non-blocking descriptor: wait until it takes more
+            select.select([], [fd], [])
+        except OSError:  # EPIPE, EIO: nobody reads it any more; the command and the log go on
+            silence(fd)
+            return
 
 
-def _pty_for_child() -> tuple[int, int]:
-    """A pseudo-terminal sized like ours, with no output processing (no CR before LF) and no echo of the
-    input we forward (the user's own terminal echoes it already)."""
-    master, slave = pty.openpty()
-    attrs = termios.tcgetattr(slave)
-    attrs[1] &= ~termios.OPOST
-    attrs[3] &= ~termios.ECHO
-    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+class _Signals:
+    """Forwards signals to the command's process group. Installed before the command starts: a
+    signal that comes while it starts is held, then delivered."""
+
+    def __init__(self, notice: Callable[[str], None]):
+        self.notice = notice
+        self.pgid: int | None = None
+        self.held: list[int] = []
+        self.interrupts = 0
+        self.forced = False
+
+    def __enter__(self) -> _Signals:
+        self.previous = {s: signal.signal(s, self._handle) for s in FORWARDED}
+        self.previous[signal.SIGPIPE] = signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # EPIPE instead
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def started(self, pgid: int) -> None:
+        self.pgid = pgid
+        held, self.held = self.held, []
+        for s in held:
+            self.send(s)
+
+    def send(self, signum: int) -> None:
+        if self.pgid is None:
+            self.held.append(signum)
+            return
+        try:
+            os.killpg(self.pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def interrupt(self, delivered: bool) -> None:
+        """Ctrl-C: the first goes to the command (`delivered`: the pseudo-terminal already did it), a second kills it."""
+        self.interrupts += 1
+        if self.interrupts == 1:
+            if not delivered:
+                self.send(signal.SIGINT)
+            self.notice("Ctrl-C sent to the command; press Ctrl-C again to kill it")
+        elif not self.forced:
+            self.forced = True
+            self.notice("killing the command (SIGKILL)")
+            self.send(signal.SIGKILL)
+
+    def _handle(self, signum: int, _frame) -> None:
+        if signum == signal.SIGINT:
+            self.interrupt(delivered=False)
+        else:
+            self.send(signum)
+
+
+class _Stream:
+    """One output of the command: forwarded at once; whole lines go on to the log and the matcher."""
+
+    def __init__(self, fd: int, out: int, recorded: bool, whole_lines: bool):
+        self.fd, self.out, self.recorded, self.whole_lines = fd, out, recorded, whole_lines
+        self.tail = b""
+
+    def lines(self, data: bytes) -> bytes:
+        if not self.whole_lines:
+            return data
+        buf = self.tail + data
+        end = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        if end == 0 and len(buf) < HELD:
+            self.tail = buf
+            return b""
+        if end == 0:
+            end = len(buf)
+        self.tail = buf[end:]
+        return buf[:end]
+
+    def rest(self) -> bytes:
+        rest, self.tail = self.tail, b""
+        return rest
+
+
+def _raw_input(fd: int) -> list:
+    """Put the terminal in raw input mode (keys go to the command's pseudo-terminal as typed);
+    output processing stays on. Returns the settings to restore."""
+    saved = termios.tcgetattr(fd)
+    mode = termios.tcgetattr(fd)
+    mode[0] &= ~(termios.BRKINT | termios.ICRNL | termios.INPCK | termios.ISTRIP | termios.IXON)
+    mode[3] &= ~(termios.ECHO | termios.ICANON | termios.IEXTEN | termios.ISIG)
+    mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
+    termios.tcsetattr(fd, termios.TCSADRAIN, mode)
+    return saved
+
+
+def _copy_size(tty: int, pty_fd: int) -> None:
     try:
-        size = fcntl.ioctl(sys.stdout.fileno(), termios.TIOCGWINSZ, b"\0" * 8)
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
+        fcntl.ioctl(pty_fd, termios.TIOCSWINSZ, fcntl.ioctl(tty, termios.TIOCGWINSZ, b"\0" * 8))
     except OSError:
         pass
-    return master, slave
 
 
-def _controlling_tty() -> None:
-    """In the child, after setsid: its stdin, the pseudo-terminal, becomes its controlling terminal."""
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+def _foreground(fd: int) -> bool:
+    try:
+        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
 
 
 def run_command(
     argv: list[str], matcher: Matcher, triage: Triage, source: Source, on_new: OnNew,
-    log: BinaryIO | None = None,
-) -> int:
-    """Run argv to completion; return its exit status (128+N when killed by signal N)."""
-    use_pty = sys.stdout.isatty()
+    log: BinaryIO | None = None, notice: Callable[[str], None] = lambda _msg: None,
+) -> Outcome:
+    """Run argv to completion and return how it ended."""
+    use_pty = os.isatty(1)
+    keys = _foreground(0)  # errmap owns the terminal: the command reads it through its pseudo-terminal
     # Python children flush each line, so diagnoses follow the output live (an explicit setting wins).
     env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
-    # Without a pty but with a terminal on stdin, the command stays in our (foreground) process group so that it
-    # may read the terminal; the terminal then sends Ctrl-C to both of us, and only other signals are forwarded.
-    shared_group = not use_pty and os.isatty(0)
-    proc: subprocess.Popen | None = None
-    pending: list[int] = []
-
-    def forward(signum, _frame) -> None:
-        if proc is None:
-            pending.append(signum)  # arrived while the command was being started
-        elif not (shared_group and signum == signal.SIGINT):
-            try:
-                os.kill(proc.pid, signum) if shared_group else os.killpg(proc.pid, signum)
-            except ProcessLookupError:
-                pass
-
-    # Handlers first, so that no signal between start and install is lost; SIGPIPE ignored so that a reader
-    # that leaves shows as EPIPE on our write instead of killing errmap (the child gets the default back).
-    previous = {s: signal.signal(s, forward) for s in FORWARDED}
-    previous[signal.SIGPIPE] = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    master = None
-    try:
-        if use_pty:
-            master, slave = _pty_for_child()
-            try:
-                proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
-                                        start_new_session=True, preexec_fn=_controlling_tty)
-            finally:
-                os.close(slave)
-            routes = {master: sys.stdout.fileno()}
-        else:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                    preexec_fn=None if shared_group else os.setpgrp)
-            routes = {proc.stdout.fileno(): sys.stdout.fileno(), proc.stderr.fileno(): sys.stderr.fileno()}
-        for signum in pending:
-            forward(signum, None)
-        status = _pump(proc, routes, master, matcher, triage, source, on_new, log)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if master is not None:
-            os.close(master)
-    return 128 - status if status < 0 else status
-
-
-def _pump(proc: subprocess.Popen, routes: dict[int, int], master: int | None, matcher: Matcher, triage: Triage,
-          source: Source, on_new: OnNew, log: BinaryIO | None) -> int:
-    """Forward, log and diagnose the command's output until it closes; pass our stdin to its terminal."""
     scanner = matcher.scanner(source.path)
-    sel = selectors.DefaultSelector()
-    for fd in routes:
-        sel.register(fd, selectors.EVENT_READ)
-    stdin = sys.stdin.fileno() if master is not None and sys.stdin is not None else None
-    if stdin is not None:
+    last = b"\n"
+
+    def record(data: bytes) -> None:
+        nonlocal last
+        if not data:
+            return
+        last = data[-1:]
+        if log is not None:
+            log.write(data)
+            log.flush()
+        source.bytes_read += len(data)
+        feed(triage, scanner.feed(data), on_new)
+
+    with _Signals(notice) as signals:
+        master = slave = screen = None
+        saved = None
+        streams: list[_Stream] = []
         try:
-            sel.register(stdin, selectors.EVENT_READ)
-        except (OSError, ValueError):  # closed, or a file: the command reads nothing from us
-            stdin = None
-    gone: set[int] = set()  # outputs whose reader left
-    while routes:
-        for key, _ in sel.select():
-            fd = key.fd
-            try:
-                data = os.read(fd, READ)
-            except OSError:  # a pty reports EIO once the command has closed it
-                data = b""
-            if fd == stdin:
-                if not data:  # our input ended: the command's terminal reads end-of-file
-                    sel.unregister(fd)
-                    stdin = None
-                    data = termios.tcgetattr(master)[6][termios.VEOF]
-                _write_all(master, data)
-                continue
-            if not data:
-                sel.unregister(fd)
-                del routes[fd]
-                continue
-            out = routes[fd]
-            if out not in gone and not _write_all(out, data):
-                gone.add(out)
-            if log is not None:
-                log.write(data)
-                log.flush()
-            source.bytes_read += len(data)
-            feed(triage, scanner.feed(data), on_new)
-    status = proc.wait()
+            if use_pty or keys:
+                master, slave = pty.openpty()
+                attrs = termios.tcgetattr(0 if keys else slave)
+                attrs[1] &= ~termios.OPOST  # the command's bytes as written: no LF -> CRLF
+                termios.tcsetattr(slave, termios.TCSANOW, attrs)
+                _copy_size(1 if use_pty else 0, slave)
+            if keys:
+                stdin = slave
+            elif os.isatty(0):  # errmap runs in the background: the command must not wait on the terminal
+                stdin = subprocess.DEVNULL
+            else:
+                stdin = None
+            out = slave if use_pty else subprocess.PIPE
+            proc = subprocess.Popen(
+                argv, stdin=stdin, stdout=out, stderr=out, env=env, start_new_session=True,
+                preexec_fn=(lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0)) if keys else None,
+            )
+            signals.started(proc.pid)
+            if slave is not None:
+                os.close(slave)
+                slave = None
+            if use_pty:
+                streams.append(_Stream(master, 1, recorded=True, whole_lines=False))
+            else:
+                streams += [_Stream(proc.stdout.fileno(), 1, True, True), _Stream(proc.stderr.fileno(), 2, True, True)]
+                if master is not None:  # echo of typed keys and what the command writes to /dev/tty
+                    screen = os.open(os.ttyname(0), os.O_WRONLY | os.O_NOCTTY)
+                    streams.append(_Stream(master, screen, recorded=False, whole_lines=False))
+            if keys:
+                saved = _raw_input(0)
+                signal.signal(signal.SIGWINCH, lambda *_: _copy_size(1 if use_pty else 0, master))
+            _pump(proc, streams, master if keys else None, saved, signals, record)
+        finally:
+            if saved is not None:
+                termios.tcsetattr(0, termios.TCSADRAIN, saved)
+                signal.signal(signal.SIGWINCH, signal.SIG_DFL)
+            for fd in (master, slave, screen):
+                if fd is not None:
+                    os.close(fd)
+        status = proc.wait()
+        for stream in streams:
+            if stream.recorded:
+                record(stream.rest())
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     feed(triage, scanner.finish(), on_new)
-    source.lines = scanner.lineno - 1
-    return status
+    source.lines = scanner.lineno - (1 if last == b"\n" else 0)
+    if status < 0:
+        return Outcome(128 - status, -status, signals.forced)
+    return Outcome(status)
+
+
+def _pump(proc: subprocess.Popen, streams: list[_Stream], keys_to: int | None, saved: list | None,
+          signals: _Signals, record: Callable[[bytes], None]) -> None:
+    """Forward output (and keys) until the command exits, then what it wrote before it went."""
+    sel = selectors.DefaultSelector()
+    for s in streams:
+        sel.register(s.fd, selectors.EVENT_READ, s)
+    try:
+        exit_fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        exit_fd = None  # no pidfd (not Linux): poll
+    if exit_fd is not None:
+        sel.register(exit_fd, selectors.EVENT_READ, "exit")
+    if keys_to is not None:
+        sel.register(0, selectors.EVENT_READ, "keys")
+        intr = saved[6][termios.VINTR]  # the terminal's interrupt key, Ctrl-C unless changed
+    try:
+        while proc.poll() is None:
+            for key, _ in sel.select(None if exit_fd is not None else 0.1):
+                if key.data == "exit":
+                    continue  # the loop condition sees it
+                if key.data == "keys":
+                    try:
+                        typed = os.read(0, READ)
+                    except OSError:
+                        typed = b""
+                    if not typed:  # the terminal hung up
+                        sel.unregister(0)
+                        continue
+                    _write_all(keys_to, typed)
+                    for _ in range(typed.count(intr)):
+                        signals.interrupt(delivered=True)
+                    continue
+                if not _read(key.data, record):
+                    sel.unregister(key.fd)
+        # The command has exited: take what it wrote, not what a process it left behind writes on.
+        alive = [s for s in streams if s.fd in sel.get_map()]
+        for _ in range(DRAIN):
+            ready = [key.data for key, _ in sel.select(QUIET) if isinstance(key.data, _Stream)] if alive else []
+            if not ready:
+                break
+            for s in ready:
+                if not _read(s, record):
+                    sel.unregister(s.fd)
+                    alive.remove(s)
+    finally:
+        sel.close()
+        if exit_fd is not None:
+            os.close(exit_fd)
+
+
+def _read(stream: _Stream, record: Callable[[bytes], None]) -> bool:
+    try:
+        data = os.read(stream.fd, READ)
+    except OSError:  # a pty reports EIO once the command has closed it
+        data = b""
+    if not data:
+        return False
+    _write_all(stream.out, data)
+    if stream.recorded:
+        record(stream.lines(data))
+    return True

@@ -89,7 +89,7 @@ def test_a_killed_command_is_never_no_error(tmp_path):
     proc = errmap("run", "--", "bash", "-c", "echo hi; kill -9 $$")
     assert proc.returncode == 137
     err = proc.stderr.decode()
-    assert "No error found" not in err and "killed by SIGKILL" in err and "1021" in err
+    assert "No error found" not in err and "failed with status 137 (killed by SIGKILL)" in err and "1021" in err
     proc = errmap("run", "--report", str(tmp_path / "r.json"), "--", "bash", "-c", "echo hi; exit 3")
     assert proc.returncode == 3 and "failed" in proc.stderr.decode() and "No error found" not in proc.stderr.decode()
     doc = json.loads((tmp_path / "r.json").read_text())
