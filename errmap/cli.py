@@ -12,8 +12,10 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from errmap import i18n
 from errmap import kb as kbmod
 from errmap import verify
+from errmap.i18n import _
 from errmap.verify import probe_options
 from errmap.matcher import Matcher
 from errmap.report import Report, diagnose, print_diagnosis, print_report
@@ -28,13 +30,14 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
-def _load_kb(extra: tuple[str, ...]) -> kbmod.KB:
+def _load_kb(extra: tuple[str, ...], fmt: str = "text") -> kbmod.KB:
+    """The KB; in Chinese for text output with --lang zh (machine formats keep the English text)."""
     kb = kbmod.load([Path(p) for p in extra])
     if kb.warnings:
         err = _console(stderr=True)
         for w in kb.warnings:
-            err.print(f"[yellow]errmap: knowledge base:[/] {escape(w)}")
-    return kb
+            err.print(f"[yellow]errmap: {_('knowledge base:')}[/] {escape(w)}")
+    return kb.localized(i18n.language()) if fmt == "text" else kb
 
 
 kb_option = click.option(
@@ -60,7 +63,7 @@ def format_option(*choices: str):
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=i18n.Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="errmap")
 def main() -> None:
     """Find the root cause of a failed training run in its logs."""
@@ -78,23 +81,29 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, kb_dirs: tuple[str
 
     Exit status: 0 no error found, 1 errors diagnosed, 2 usage or input error.
     """
-    kb = _load_kb(kb_dirs)
+    kb = _load_kb(kb_dirs, fmt)
     found = expand(list(paths))
     sniffer = verify.sniff(found.sources) if probe else None
     report = scan(Matcher(kb), found.sources, found.errors)
     if sniffer is not None:
         verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
-    _emit(report, fmt, verbose)
+    _emit(report, fmt, verbose, kb)
     sys.exit(report.exit_code())
 
 
-def _emit(report: Report, fmt: str, verbose: bool) -> None:
+def _emit(report: Report, fmt: str, verbose: bool, kb: kbmod.KB) -> None:
     if fmt == "text":
         print_report(_console(), report, verbose)
         return
     for err in report.errors:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
     doc = report.to_json()
+    if i18n.language() == "zh":  # the Chinese text in a field of its own; the English keys stay
+        from errmap.translations import for_json
+
+        for d in doc["diagnoses"]:
+            if (zh := for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"])) is not None:
+                d["zh"] = zh
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
         return
@@ -148,7 +157,7 @@ def watch(follow_path: str | None, fmt: str, kb_dirs: tuple[str, ...],
 
     python train.py 2>&1 | tee train.log | errmap watch
     """
-    kb = _load_kb(kb_dirs)
+    kb = _load_kb(kb_dirs, fmt)
     matcher = Matcher(kb)
     triage = Triage()
     source = Source(follow_path or "-")
@@ -220,7 +229,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, kb_dirs: t
     """
     from errmap.runner import run_command
 
-    kb = _load_kb(kb_dirs)
+    kb = _load_kb(kb_dirs, fmt)
     triage = Triage()
     source = Source(log_path or "output")
     report = Report([source], triage)
@@ -252,13 +261,18 @@ def explain(code: str, fmt: str) -> None:
     """Explain an error code (1012) or slug (triton-shared-memory)."""
     from errmap.explain import print_entry
 
-    kb = _load_kb(())
+    kb = _load_kb((), fmt)
     entry = kb.get(code)
     if entry is None:
-        _console(stderr=True).print(f"[bold red]errmap:[/] no code {escape(code)}; `errmap list` shows them all")
+        _console(stderr=True).print(f"[bold red]errmap:[/] {_('no code {code}; `errmap list` shows them all').format(code=escape(code))}")
         sys.exit(EXIT_INPUT)
     if fmt == "json":
-        click.echo(json.dumps(entry.to_dict(), indent=2, ensure_ascii=False))
+        doc = entry.to_dict()
+        if i18n.language() == "zh" and entry.errno in kb.zh:
+            from errmap.translations import for_json
+
+            doc["zh"] = for_json(entry, kb.zh[entry.errno])
+        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
         print_entry(_console(), entry, kb, Matcher(kb))
 
@@ -295,7 +309,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
 @format_option()
 def list_cmd(fmt: str) -> None:
     """List every error code with its title."""
-    kb = _load_kb(())
+    kb = _load_kb((), fmt)
     if fmt == "json":
         click.echo(json.dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb], indent=2))
         return
@@ -306,7 +320,7 @@ def list_cmd(fmt: str) -> None:
         if e.group != group:
             group = e.group
             con.print(f"\n[bold]{escape(group)}[/]")
-        role = "" if e.role == "root" else "  [dim](consequence)[/]"
+        role = "" if e.role == "root" else f"  [dim]({_('consequence')})[/]"
         con.print(f"  {e.errno}  {e.slug:<{width}}  {escape(e.title)}{role}")
 
 
@@ -324,11 +338,11 @@ def kb_check(kb_dirs: tuple[str, ...]) -> None:
     problems = check([Path(p) for p in kb_dirs])
     con = _console()
     if problems:
-        con.print(f"[bold red]{len(problems)} problem{'s' if len(problems) != 1 else ''}[/] in the knowledge base:")
+        con.print(f"[bold red]{i18n.ngettext('{n} problem', '{n} problems', len(problems)).format(n=len(problems))}[/] {_('in the knowledge base:')}")
         for p in problems:
             con.print(f"  {escape(p)}")
         sys.exit(1)
-    con.print(f"[green]knowledge base OK[/]: {len(kbmod.load([Path(p) for p in kb_dirs]))} entries")
+    con.print(f"[green]{_('knowledge base OK')}[/]: {_('{n} entries').format(n=len(kbmod.load([Path(p) for p in kb_dirs])))}")
 
 
 @main.group("docs")

@@ -13,6 +13,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from errmap.i18n import _
 from errmap.kb import KB, Entry
 from errmap.lines import ANSI
 from errmap.probes import PROBES
@@ -138,18 +139,18 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     head = iter(SECTIONS)
 
     def section(extra: str = "") -> None:
-        con.print(f"\n[bold]{next(head)}[/]{extra}")
+        con.print(f"\n[bold]{_(next(head))}[/]{extra}")
 
-    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
+    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {_(e.role)}[/]")
     section()
     con.print(f"  {escape(e.summary)}")
     if e.applies_to:
-        con.print(f"  [dim]Applies to:[/] {escape(e.applies_to)}")
+        con.print(f"  [dim]{_('Applies to:')}[/] {escape(e.applies_to)}")
 
     example = find_example(e, matcher, fixtures_dir()) if matcher is not None else None
     section(f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "")
     if example is None:
-        con.print("  [dim]No example log recorded yet.[/]")
+        con.print(f"  [dim]{_('No example log recorded yet.')}[/]")
     else:
         width = len(str(example.lines[-1][0]))
         for n, text in example.lines:
@@ -182,20 +183,20 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     probes, checks = probe_lines(e)
     section("  [dim](errmap scan --probe)[/]" if probes else "")
     if not probes:
-        con.print("  [dim]No probe: the message in the log decides alone.[/]")
+        con.print(f"  [dim]{_('No probe: the message in the log decides alone.')}[/]")
     for name, what in probes:
         con.print(f"  [cyan]{name}[/]: {escape(what)}")
     for verdict, says in checks:
-        con.print(f"  [dim]{verdict} when[/] {escape(says)}")
+        con.print(f"  [dim]{_('{verdict} when').format(verdict=_(verdict))}[/] {escape(says)}")
     section()
     groups = related_groups(e, kb)
     if not groups:
-        con.print("  [dim]None.[/]")
+        con.print(f"  [dim]{_('None.')}[/]")
     for label, items in groups:
         if len(items) > MANY:
-            con.print(f"  [dim]{label}:[/] " + ", ".join(str(n) for n, _ in items))
+            con.print(f"  [dim]{_(label)}:[/] " + ", ".join(str(n) for n, _ in items))
             continue
         for n, title in items:
-            con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
+            con.print(f"  [dim]{_(label)}:[/] {n} {escape(title or '')}")
     if url := docs_url(e.errno):
         con.print(f"\n[dim]docs:[/] {escape(url)}")
