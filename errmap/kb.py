@@ -259,7 +259,7 @@ class KB:
 def _load_dir(folder: Path, allowed: range) -> tuple[dict[int, Entry], list[str]]:
     entries: dict[int, Entry] = {}
     problems: list[str] = []
-    for path in sorted(folder.glob("*.y*ml")):
+    for path in sorted(folder.glob("[0-9]*.y*ml")):  # entries are <errno>-<slug>.yaml; glossary.yaml is not one
         try:
             entry = load_entry(path, allowed)
         except KBError as exc:

@@ -29,8 +29,8 @@ class Text:
     title: str
     group: str
     summary: str
-    cause: str
-    fix: tuple[str, ...]
+    cause: str | None = None
+    fix: tuple[str, ...] = ()
     applies_to: str | None = None
     says: tuple[str, ...] = ()
     links: tuple[str, ...] = ()
@@ -50,8 +50,8 @@ def _schema():
         title: str = Field(min_length=2)
         group: str = Field(min_length=2)
         summary: str = Field(min_length=5)
-        cause: str = Field(min_length=5)
-        fix: list[str] = Field(min_length=1)
+        cause: str | None = Field(default=None, min_length=5)
+        fix: list[str] = Field(default_factory=list)
         applies_to: str | None = None
         says: list[str] = Field(default_factory=list)
         links: list[str] = Field(default_factory=list)
@@ -116,7 +116,7 @@ def localize(entry, text: Text | None):
     if len(text.says) == len(entry.checks):
         checks = tuple(dataclasses.replace(c, says=s) for c, s in zip(entry.checks, text.says))
     return dataclasses.replace(
-        entry, title=text.title, group=text.group, summary=text.summary, cause=text.cause, fix=fix,
+        entry, title=text.title, group=text.group, summary=text.summary, cause=text.cause or entry.cause, fix=fix,
         applies_to=text.applies_to if entry.applies_to else None, links=links, checks=checks,
     )
 
@@ -145,17 +145,16 @@ def problems(entry, text: Text | None, glossary=None) -> list[str]:
         return [f"{where}: no Chinese text (kb/{FOLDER}/{where}.yaml)"]
     out = []
     steps = _fix_texts(entry.fix)
-    pairs = [("cause", entry.cause, text.cause), ("summary", entry.summary, text.summary), ("title", entry.title, text.title)]
-    if len(text.fix) != len(steps):
+    pairs = [("summary", entry.summary, text.summary), ("title", entry.title, text.title)]
+    if text.cause:  # not yet required: cause, fix steps, applies_to and says are checked where given
+        pairs.append(("cause", entry.cause, text.cause))
+    if text.fix and len(text.fix) != len(steps):
         out.append(f"{text.file}: fix has {len(text.fix)} steps, the English {len(steps)}")
     else:
         pairs += [(f"fix step {i}", en, zh) for i, (en, zh) in enumerate(zip(steps, text.fix), 1)]
-    if entry.applies_to:
-        if not text.applies_to:
-            out.append(f"{text.file}: applies_to missing")
-        else:
-            pairs.append(("applies_to", entry.applies_to, text.applies_to))
-    if len(text.says) != len(entry.checks):
+    if entry.applies_to and text.applies_to:
+        pairs.append(("applies_to", entry.applies_to, text.applies_to))
+    if text.says and len(text.says) != len(entry.checks):
         out.append(f"{text.file}: says has {len(text.says)} sentences, the English entry {len(entry.checks)} checks")
     if text.links and len(text.links) != len(entry.links):
         out.append(f"{text.file}: links has {len(text.links)} titles, the English entry {len(entry.links)} links")
