@@ -98,7 +98,7 @@ def _emit(report: Report, fmt: str, verbose: bool, kb: kbmod.KB) -> None:
     for err in report.errors:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
     doc = report.to_json()
-    if i18n.language() == "zh":  # the Chinese text in a field of its own; the English keys stay
+    if i18n.asked() == "zh":  # the Chinese text in a field of its own; the English keys stay
         from errmap.translations import for_json
 
         for d in doc["diagnoses"]:
@@ -268,7 +268,7 @@ def explain(code: str, fmt: str) -> None:
         sys.exit(EXIT_INPUT)
     if fmt == "json":
         doc = entry.to_dict()
-        if i18n.language() == "zh" and entry.errno in kb.zh:
+        if i18n.asked() == "zh" and entry.errno in kb.zh:
             from errmap.translations import for_json
 
             doc["zh"] = for_json(entry, kb.zh[entry.errno])

@@ -39,6 +39,12 @@ def language() -> str:
     return _lang or detect()
 
 
+def asked() -> str | None:
+    """The language asked for by name (--lang, ERRMAP_LANG), not taken from the locale: machine
+    formats add their Chinese fields only then."""
+    return _lang or (os.environ.get("ERRMAP_LANG", "").strip().lower() if os.environ.get("ERRMAP_LANG", "").strip().lower() in LANGS else None)
+
+
 def set_language(lang: str | None) -> None:
     global _lang
     _lang = lang
