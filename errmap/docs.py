@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 CONFIG = "mkdocs.yml"
+CONFIG_ZH = "mkdocs.zh.yml"
 ROLE = {"root": "root cause", "consequence": "consequence"}
 PHONE_BEFORE, PHONE_AFTER = 3, 1  # lines around the matched one that a phone-width page shows
 # HTML's special characters and Markdown's markup characters, as character references.
@@ -180,7 +181,7 @@ def regex_phrases(pattern: str) -> list[str]:
 
 
 # The search plugin's separator (mkdocs.yml): queries are split into words by it, and so are these.
-SEARCH_SEPARATOR = re.compile(r'[\s\-_,:!=\[\]()"/]+|\.(?!\d)')
+SEARCH_SEPARATOR = re.compile(r'[\s\u200b\-_,:!=\[\]()"/]+|\.(?!\d)')
 
 
 def search_words(e) -> list[str]:
@@ -220,6 +221,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     import json
 
     from errmap.explain import MANY, SECTIONS, find_example, probe_lines, related_groups
+    from errmap.i18n import _
 
     names = e.captures
     heads = iter(SECTIONS)
@@ -231,17 +233,17 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         "",
         f"# {e.errno} · {text(e.title)}",
         "",
-        f'<p class="errmap-meta"><code>{e.slug}</code> · {html.escape(e.group)} · {ROLE.get(e.role, e.role)}</p>',
+        f'<p class="errmap-meta"><code>{e.slug}</code> · {html.escape(e.group)} · {_(ROLE.get(e.role, e.role))}</p>',
         "",
     ]
 
     def section() -> None:
-        out.extend([f"## {next(heads)}", ""])
+        out.extend([f"## {_(next(heads))}", ""])
 
     section()
     out += [prose(e.summary), ""]
     if e.applies_to:
-        out += [f"**Applies to:** {prose(e.applies_to)}", ""]
+        out += [f"**{_('Applies to:')}** {prose(e.applies_to)}", ""]
 
     section()
     example = find_example(e, matcher, fixtures)
@@ -292,8 +294,8 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
             links = ", ".join(f"[{n}](../{n}/index.md)" for n, _ in items)
             out += [f"**{label}:** {links}", ""]
             continue
-        out += [f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
-    out += ["", f'<p class="errmap-foot">In the terminal: <code>errmap explain {e.errno}</code></p>', ""]
+        out += [f"- {_(label)}: [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
+    out += ["", f'<p class="errmap-foot">{_("In the terminal:")} <code>errmap explain {e.errno}</code></p>', ""]
     return "\n".join(out)
 
 
@@ -308,18 +310,20 @@ def groups(kb) -> list[tuple[str, list]]:
 
 
 def index_page(kb) -> str:
+    from errmap.i18n import _
+
     n = len(kb)
     out = [
-        "# Error codes",
+        f"# {_('Error codes')}",
         "",
-        f"The {n} code{'s' if n != 1 else ''} errmap diagnoses, grouped as in its catalog. A *root cause* is the error "
-        "itself; a *consequence* is what usually follows another error, so errmap looks for that one first.",
+        _("The {n} codes errmap diagnoses, grouped as in its catalog. A *root cause* is the error "
+          "itself; a *consequence* is what usually follows another error, so errmap looks for that one first.").format(n=n),
         "",
     ]
     for name, entries in groups(kb):
-        out += [f"## {text(name)}", "", "| errno | title | role |", "| --- | --- | --- |"]
+        out += [f"## {text(name)}", "", f"| errno | {_('title')} | {_('role')} |", "| --- | --- | --- |"]
         for e in entries:
-            out.append(f"| [{e.errno}]({e.errno}/index.md) | [{text(e.title)}]({e.errno}/index.md) | {ROLE.get(e.role, e.role)} |")
+            out.append(f"| [{e.errno}]({e.errno}/index.md) | [{text(e.title)}]({e.errno}/index.md) | {_(ROLE.get(e.role, e.role))} |")
         out.append("")
     return "\n".join(out)
 
@@ -335,23 +339,27 @@ def pages(kb, fixtures: Path | None) -> dict[str, str]:
     return out
 
 
-def nav(kb) -> list:
+def nav(kb, extra: tuple = ()) -> list:
+    from errmap.i18n import _
+
     return [
-        {"Home": "index.md"},
-        {"Error codes": "errno/index.md"},
+        {_("Home"): "index.md"},
+        *extra,
+        {_("Error codes"): "errno/index.md"},
         *({name: [{f"{e.errno} · {e.title}": page_uri(e.errno)} for e in entries]} for name, entries in groups(kb)),
     ]
 
 
-def load_kb(root: Path):
-    """The KB of this checkout; any problem fails the build with the list of problems."""
+def load_kb(root: Path, lang: str = "en"):
+    """The KB of this checkout in `lang`; any problem fails the build with the list of problems."""
     from errmap import kb as kbmod
 
     entries, problems = kbmod._load_dir(root / "kb", kbmod.OFFICIAL_RANGE)
+    zh = kbmod._translations(root / "kb", entries, problems) if lang == "zh" else {}
     problems += kbmod.cross_check(entries)
     if problems:
         raise kbmod.KBError(problems)
-    return kbmod.KB(entries)
+    return kbmod.KB(entries, zh=zh).localized(lang)
 
 
 # ---------------------------------------------------------------- MkDocs hook
@@ -364,15 +372,35 @@ def on_config(config):
 
     from errmap import kb as kbmod
 
+    from errmap import i18n
+
     root = Path(config.config_file_path).resolve().parent
+    lang = config.extra.get("errmap_lang", "en")  # mkdocs.zh.yml builds the Chinese site
+    i18n.set_language(lang)
     try:
-        kb = load_kb(root)
+        kb = load_kb(root, lang)
     except kbmod.KBError as exc:
         raise PluginError("the knowledge base has problems:\n  " + "\n  ".join(exc.problems)) from None
     fixtures = root / "fixtures"
     _STATE.update(kb=kb, fixtures=fixtures if fixtures.is_dir() else None)
-    config.nav = nav(kb)
+    config.nav = nav(kb, tuple(config.extra.get("errmap_pages", ())))
+    if lang == "zh":
+        _chinese_search_words(root)
     return config
+
+
+def _chinese_search_words(root: Path) -> None:
+    """Teach jieba, which Material's search uses to split Chinese text, the glossary's search
+    phrases (kb/glossary.yaml `search`), so a query such as 显存不足 stays one word."""
+    try:
+        import jieba
+    except ImportError:
+        return
+    import yaml
+
+    data = yaml.safe_load((root / "kb" / "glossary.yaml").read_text(encoding="utf-8"))
+    for word in [*(t["zh"] for t in data["terms"]), *data.get("search", [])]:
+        jieba.add_word(word)
 
 
 def on_files(files, config):
@@ -398,13 +426,17 @@ def build(out: Path | None = None, strict: bool = True) -> int:
     except ImportError:
         print("errmap docs build needs the docs extra: pip install -e '.[docs]'", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / CONFIG)]
-    if out is not None:
-        cmd += ["--site-dir", str(Path(out).resolve())]
-    if strict:
-        cmd.append("--strict")
-    # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
-    return subprocess.call(cmd, cwd=root, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    status = 0
+    # The English site, then the Chinese one into its zh/ folder (the first build empties the site).
+    for config, sub in ((CONFIG, ""), (CONFIG_ZH, "zh")):
+        cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / config)]
+        if out is not None:
+            cmd += ["--site-dir", str(Path(out).resolve() / sub)]
+        if strict:
+            cmd.append("--strict")
+        # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
+        status = status or subprocess.call(cmd, cwd=root, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    return status
 
 
 def serve(site: Path, port: int = 8000) -> None:
