@@ -13,10 +13,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from errmap import formats
+from errmap import formats, i18n
 from errmap import kb as kbmod
 from errmap import prefilter
 from errmap import verify
+from errmap.i18n import _
 from errmap.verify import probe_options
 from errmap.matcher import Matcher
 from errmap.report import Report, diagnose, escape, print_diagnosis, print_report
@@ -31,13 +32,14 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
-def _load_kb(extra: tuple[str, ...]) -> kbmod.KB:
+def _load_kb(extra: tuple[str, ...], fmt: str = "text") -> kbmod.KB:
+    """The KB; in Chinese for text output with --lang zh (machine formats keep the English text)."""
     kb = kbmod.load([Path(p) for p in extra])
     if kb.warnings:
         err = _console(stderr=True)
         for w in kb.warnings:
-            err.print(f"[yellow]errmap: knowledge base:[/] {escape(w)}")
-    return kb
+            err.print(f"[yellow]errmap: {_('knowledge base:')}[/] {escape(w)}")
+    return kb.localized(i18n.language()) if fmt == "text" else kb
 
 
 kb_option = click.option(
@@ -68,7 +70,7 @@ def format_option(*choices: str):
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=i18n.Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="errmap", message=f"%(prog)s %(version)s (stage one: {prefilter.engine()})")
 def main() -> None:
     """Find the root cause of a failed training run in its logs."""
@@ -101,7 +103,7 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
 
     Exit status: 0 no error found, 1 errors diagnosed, 2 usage or input error.
     """
-    kb = _load_kb(kb_dirs)
+    kb = _load_kb(kb_dirs, "text" if report_path else fmt)
     if ray_address is not None:
         _scan_ray(kb, ray_address, paths, node_paths, since, node_timeout, fmt, verbose, report_path)
     if not paths:
@@ -115,8 +117,8 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
         sys.exit(130)
     if sniffer is not None:
         verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
-    _save_report(report, fmt, report_path)
-    _emit(report, "text" if report_path else fmt, verbose)
+    _save_report(report, fmt, report_path, kb=kb)
+    _emit(report, "text" if report_path else fmt, verbose, kb)
     sys.exit(report.exit_code())
 
 
@@ -135,27 +137,33 @@ def _scan_ray(kb: kbmod.KB, address: str, paths: tuple[str, ...], node_paths: tu
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(str(exc))}")
         sys.exit(EXIT_INPUT)
     more = {"nodes": [n.to_json() for n in done.nodes]}
-    _save_report(done.report, fmt, report_path, more)
+    _save_report(done.report, fmt, report_path, more, kb)
     fmt = "text" if report_path else fmt
-    _emit(done.report, fmt, verbose, more)
+    _emit(done.report, fmt, verbose, kb, more)
     if fmt == "text":
         for line in cluster.node_lines(done.nodes):
             _console().print(f"[dim]{escape(line)}[/]")
     sys.exit(done.report.exit_code())
 
 
-def _emit(report: Report, fmt: str, verbose: bool, more: dict | None = None) -> None:
+def _emit(report: Report, fmt: str, verbose: bool, kb: kbmod.KB | None = None, more: dict | None = None) -> None:
     if fmt == "text":
         print_report(_console(), report, verbose)
         return
     for err in report.errors:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
-    click.echo(_machine(report, fmt, more), nl=False)
+    click.echo(_machine(report, fmt, more, kb), nl=False)
 
 
-def _machine(report: Report, fmt: str, more: dict | None = None) -> str:
+def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmod.KB | None = None) -> str:
     """The report in a machine format (json for text), as the text of a file; `more` adds to its JSON."""
     doc = report.to_json() | (more or {})
+    if kb is not None and i18n.asked() == "zh":  # the Chinese text in a field of its own; the English keys stay
+        from errmap.translations import for_json
+
+        for d in doc["diagnoses"]:
+            if (zh := for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"])) is not None:
+                d["zh"] = zh
     if fmt in ("json", "text"):
         return formats.dumps(doc) + "\n"
     if fmt == "sarif":
@@ -164,11 +172,11 @@ def _machine(report: Report, fmt: str, more: dict | None = None) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def _save_report(report: Report, fmt: str, path: str | None, more: dict | None = None) -> None:
+def _save_report(report: Report, fmt: str, path: str | None, more: dict | None = None, kb: kbmod.KB | None = None) -> None:
     if path is None:
         return
     try:
-        Path(path).write_text(_machine(report, fmt, more), encoding="utf-8")
+        Path(path).write_text(_machine(report, fmt, more, kb), encoding="utf-8")
     except OSError as exc:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(path)}: {escape(exc.strerror or str(exc))}")
         sys.exit(EXIT_INPUT)
@@ -216,7 +224,7 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, report_path: str
 
     (errmap run -- CMD does the same for a command it starts, and keeps its exit status.)
     """
-    kb = _load_kb(kb_dirs)
+    kb = _load_kb(kb_dirs, fmt)
     matcher = Matcher(kb)
     triage = Triage()
     source = Source(follow_path or "-")
@@ -306,7 +314,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, report_pat
     """
     from errmap.runner import run_command
 
-    kb = _load_kb(kb_dirs)
+    kb = _load_kb(kb_dirs, fmt)
     triage = Triage()
     source = Source(log_path or "output")
     report = Report([source], triage)
@@ -346,7 +354,7 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
     """
     from errmap.explain import lookup, print_entry
 
-    kb = _load_kb(kb_dirs)
+    kb = _load_kb(kb_dirs, fmt)
     matcher = Matcher(kb)
     found = lookup(query, kb, matcher)
     err = _console(stderr=True)
@@ -363,7 +371,12 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
         err.print(f"[dim]errmap: no message matched; the closest by its words is {e.errno} {e.slug}"
                   + (f" (also close: {others})" if others else "") + "[/]")
     if fmt == "json":
-        click.echo(formats.dumps(e.to_dict()))
+        doc = e.to_dict()
+        if i18n.asked() == "zh" and e.errno in kb.zh:
+            from errmap.translations import for_json
+
+            doc["zh"] = for_json(e, kb.zh[e.errno])
+        click.echo(formats.dumps(doc))
     else:
         print_entry(_console(), e, kb, matcher)
 
@@ -401,7 +414,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
 @kb_option
 def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
     """List every error code with its title (your own entries too: --kb, ERRMAP_KB_PATH)."""
-    kb = _load_kb(kb_dirs)
+    kb = _load_kb(kb_dirs, fmt)
     if fmt == "json":
         click.echo(json.dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb], indent=2))
         return
@@ -412,7 +425,7 @@ def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
         if e.group != group:
             group = e.group
             con.print(f"\n[bold]{escape(group)}[/]")
-        role = "" if e.role == "root" else "  [dim](consequence)[/]"
+        role = "" if e.role == "root" else f"  [dim]({_('consequence')})[/]"
         con.print(f"  {e.errno}  {e.slug:<{width}}  {escape(e.title)}{role}")
 
 
@@ -430,11 +443,11 @@ def kb_check(kb_dirs: tuple[str, ...]) -> None:
     problems = check([Path(p) for p in kb_dirs])
     con = _console()
     if problems:
-        con.print(f"[bold red]{len(problems)} problem{'s' if len(problems) != 1 else ''}[/] in the knowledge base:")
+        con.print(f"[bold red]{i18n.ngettext('{n} problem', '{n} problems', len(problems)).format(n=len(problems))}[/] {_('in the knowledge base:')}")
         for p in problems:
             con.print(f"  {escape(p)}")
         sys.exit(1)
-    con.print(f"[green]knowledge base OK[/]: {len(kbmod.load([Path(p) for p in kb_dirs]))} entries")
+    con.print(f"[green]{_('knowledge base OK')}[/]: {_('{n} entries').format(n=len(kbmod.load([Path(p) for p in kb_dirs])))}")
 
 
 @main.group("docs")

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 CONFIG = "mkdocs.yml"
+CONFIG_ZH = "mkdocs.zh.yml"
 ROLE = {"root": "root cause", "consequence": "consequence"}
 PHONE_BEFORE, PHONE_AFTER = 3, 1  # lines around the matched one that a phone-width page shows
 # HTML's special characters and Markdown's markup characters, as character references.
@@ -180,7 +181,7 @@ def regex_phrases(pattern: str) -> list[str]:
 
 
 # The search plugin's separator (mkdocs.yml): queries are split into words by it, and so are these.
-SEARCH_SEPARATOR = re.compile(r'[\s\-_,:!=\[\]()"/]+|\.(?!\d)')
+SEARCH_SEPARATOR = re.compile(r'[\s\u200b\-_,:!=\[\]()"/]+|\.(?!\d)')
 
 
 def search_words(e, seen: tuple[str, ...] = ()) -> list[str]:
@@ -227,6 +228,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     import json
 
     from errmap.explain import HEADINGS, MANY, find_example, probe_lines, related_groups
+    from errmap.i18n import _
 
     names = e.captures
 
@@ -296,12 +298,12 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         "",
         f"# {e.errno} · {text(e.title)}",
         "",
-        f'<p class="errmap-meta"><code>{e.slug}</code> · {html.escape(e.group)} · {ROLE.get(e.role, e.role)}</p>',
+        f'<p class="errmap-meta"><code>{e.slug}</code> · {html.escape(e.group)} · {_(ROLE.get(e.role, e.role))}</p>',
         "",
     ]
     for key, heading in HEADINGS.items():
-        out += [f"## {heading}", "", *body[key]()]
-    out += ["", f'<p class="errmap-foot">In the terminal: <code>errmap explain {e.errno}</code></p>', ""]
+        out += [f"## {_(heading)}", "", *body[key]()]
+    out += ["", f'<p class="errmap-foot">{_("In the terminal:")} <code>errmap explain {e.errno}</code></p>', ""]
     return "\n".join(out)
 
 
@@ -316,18 +318,20 @@ def groups(kb) -> list[tuple[str, list]]:
 
 
 def index_page(kb) -> str:
+    from errmap.i18n import _
+
     n = len(kb)
     out = [
-        "# Error codes",
+        f"# {_('Error codes')}",
         "",
-        f"The {n} code{'s' if n != 1 else ''} errmap diagnoses, grouped as in its catalog. A *root cause* is the error "
-        "itself; a *consequence* is what usually follows another error, so errmap looks for that one first.",
+        _("The {n} codes errmap diagnoses, grouped as in its catalog. A *root cause* is the error "
+          "itself; a *consequence* is what usually follows another error, so errmap looks for that one first.").format(n=n),
         "",
     ]
     for name, entries in groups(kb):
-        out += [f"## {text(name)}", "", "| errno | title | role |", "| --- | --- | --- |"]
+        out += [f"## {text(name)}", "", f"| errno | {_('title')} | {_('role')} |", "| --- | --- | --- |"]
         for e in entries:
-            out.append(f"| [{e.errno}]({e.errno}/index.md) | [{text(e.title)}]({e.errno}/index.md) | {ROLE.get(e.role, e.role)} |")
+            out.append(f"| [{e.errno}]({e.errno}/index.md) | [{text(e.title)}]({e.errno}/index.md) | {_(ROLE.get(e.role, e.role))} |")
         out.append("")
     return "\n".join(out)
 
@@ -343,20 +347,23 @@ def pages(kb, fixtures: Path | None) -> dict[str, str]:
     return out
 
 
-def nav(kb) -> list:
+def nav(kb, extra: tuple = ()) -> list:
     """The navigation. MkDocs and the theme print its titles as HTML (the menu, the page's header and
     <title>, the search index), so a title or group from the KB is HTML-escaped here."""
+    from errmap.i18n import _
+
     return [
-        {"Home": "index.md"},
-        {"Error codes": "errno/index.md"},
+        {_("Home"): "index.md"},
+        *extra,
+        {_("Error codes"): "errno/index.md"},
         *({html.escape(name): [{html.escape(f"{e.errno} · {e.title}"): page_uri(e.errno)} for e in entries]}
           for name, entries in groups(kb)),
     ]
 
 
-def load_kb(root: Path):
-    """The KB of this checkout and your own folders in ERRMAP_KB_PATH; any problem fails the build
-    with the list of problems."""
+def load_kb(root: Path, lang: str = "en"):
+    """The KB of this checkout and your own folders in ERRMAP_KB_PATH, in `lang`; any problem fails the
+    build with the list of problems."""
     from errmap import kb as kbmod
 
     entries, problems = kbmod._load_dir(root / "kb", kbmod.OFFICIAL_RANGE)
@@ -367,10 +374,11 @@ def load_kb(root: Path):
         found, bad = kbmod._load_dir(Path(folder), kbmod.USER_RANGE)
         entries.update(found)
         problems += bad
+    zh = kbmod._translations(root / "kb", entries, problems) if lang == "zh" else {}
     problems += kbmod.cross_check(entries)
     if problems:
         raise kbmod.KBError(problems)
-    return kbmod.KB(entries)
+    return kbmod.KB(entries, zh=zh).localized(lang)
 
 
 # ---------------------------------------------------------------- MkDocs hook
@@ -383,15 +391,35 @@ def on_config(config):
 
     from errmap import kb as kbmod
 
+    from errmap import i18n
+
     root = Path(config.config_file_path).resolve().parent
+    lang = config.extra.get("errmap_lang", "en")  # mkdocs.zh.yml builds the Chinese site
+    i18n.set_language(lang)
     try:
-        kb = load_kb(root)
+        kb = load_kb(root, lang)
     except kbmod.KBError as exc:
         raise PluginError("the knowledge base has problems:\n  " + "\n  ".join(exc.problems)) from None
     fixtures = root / "fixtures"
     _STATE.update(kb=kb, fixtures=fixtures if fixtures.is_dir() else None)
-    config.nav = nav(kb)
+    config.nav = nav(kb, tuple(config.extra.get("errmap_pages", ())))
+    if lang == "zh":
+        _chinese_search_words(root)
     return config
+
+
+def _chinese_search_words(root: Path) -> None:
+    """Teach jieba, which Material's search uses to split Chinese text, the glossary's search
+    phrases (kb/glossary.yaml `search`), so a query such as 显存不足 stays one word."""
+    try:
+        import jieba
+    except ImportError:
+        return
+    import yaml
+
+    data = yaml.safe_load((root / "kb" / "glossary.yaml").read_text(encoding="utf-8"))
+    for word in [*(t["zh"] for t in data["terms"]), *data.get("search", [])]:
+        jieba.add_word(word)
 
 
 def on_files(files, config):
@@ -496,13 +524,16 @@ def build(out: Path | None = None, strict: bool = True, kb_dirs: tuple[str, ...]
     site.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".errmap-build-", dir=site.parent) as tmp:
         built = Path(tmp) / "site"
-        cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / CONFIG), "--site-dir", str(built)]
-        if strict:
-            cmd.append("--strict")
         # NO_MKDOCS_2_WARNING: MkDocs prints a notice about its own future on every build.
         kb_path = os.pathsep.join([*(str(Path(d).resolve()) for d in kb_dirs), os.environ.get("ERRMAP_KB_PATH", "")])
         env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ERRMAP_KB_PATH": kb_path.strip(os.pathsep)}
-        status = subprocess.call(cmd, cwd=root, env=env)
+        status = 0
+        # The English site, then the Chinese one into its zh/ folder.
+        for config, sub in ((CONFIG, ""), (CONFIG_ZH, "zh")):
+            cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(root / config), "--site-dir", str(built / sub)]
+            if strict:
+                cmd.append("--strict")
+            status = status or subprocess.call(cmd, cwd=root, env=env)
         if status == 0:
             check_out(site)  # nothing was added while it built
             _install(built, site)

@@ -13,6 +13,7 @@ import yaml
 from rich.console import Console
 from errmap.report import escape  # rich markup and terminal escapes of printed text
 
+from errmap.i18n import _
 from errmap.kb import KB, Entry
 from errmap.lines import ANSI
 from errmap.probes import PROBES
@@ -210,7 +211,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     def means() -> None:
         con.print(f"  {escape(e.summary)}")
         if e.applies_to:
-            con.print(f"  [dim]Applies to:[/] {escape(e.applies_to)}")
+            con.print(f"  [dim]{_('Applies to:')}[/] {escape(e.applies_to)}")
 
     def fix() -> None:
         for i, step in enumerate(e.fix, 1):
@@ -228,7 +229,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
 
     def example_log() -> None:
         if example is None:
-            con.print("  [dim]No example log recorded yet.[/]")
+            con.print(f"  [dim]{_('No example log recorded yet.')}[/]")
             return
         width = len(str(example.lines[-1][0]))
         for n, text in example.lines:
@@ -277,7 +278,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     }
     con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
     for key, heading in HEADINGS.items():
-        con.print(f"\n[bold]{heading}[/]{extra.get(key, '')}")
+        con.print(f"\n[bold]{_(heading)}[/]{extra.get(key, '')}")
         body[key]()
     if url := docs_url(e.errno):
         con.print(f"\n[dim]docs:[/] {escape(url)}")

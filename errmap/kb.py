@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -262,6 +262,15 @@ def official_dir() -> Path:
 class KB:
     entries: dict[int, Entry]
     warnings: tuple[str, ...] = ()
+    zh: dict[int, Any] = field(default_factory=dict)  # errno -> translations.Text, from kb/zh/
+
+    def localized(self, lang: str) -> KB:
+        """The KB as people read it in `lang`: entries with a Chinese text show it for zh."""
+        if lang != "zh":
+            return self
+        from errmap.translations import localize
+
+        return KB({n: localize(e, self.zh.get(n)) for n, e in self.entries.items()}, self.warnings, self.zh)
 
     def get(self, code: str | int) -> Entry | None:
         """Look up by errno ('1012') or slug ('triton-shared-memory')."""
@@ -280,7 +289,7 @@ class KB:
 def _load_dir(folder: Path, allowed: range) -> tuple[dict[int, Entry], list[str]]:
     entries: dict[int, Entry] = {}
     problems: list[str] = []
-    for path in sorted(folder.glob("*.y*ml")):
+    for path in sorted(folder.glob("[0-9]*.y*ml")):  # entries are <errno>-<slug>.yaml; glossary.yaml is not one
         try:
             entry = load_entry(path, allowed)
         except KBError as exc:
@@ -328,7 +337,7 @@ def cache_dir() -> Path:
 def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:
     """Where the validated KB of exactly these files is cached; None when there is nowhere to put it."""
     base = cache_dir()
-    code = [Path(__file__), Path(__file__).with_name("schema.py")]
+    code = [Path(__file__), Path(__file__).with_name("schema.py"), Path(__file__).with_name("translations.py")]
     h = hashlib.sha256(f"{CACHE_VERSION} {[p.stat().st_mtime_ns for p in code]}".encode())
     for folder, allowed in folders:
         h.update(f"|{folder.resolve()}:{allowed.start}".encode())
@@ -336,14 +345,18 @@ def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:
             names = sorted(os.scandir(folder), key=lambda d: d.name)
         except OSError:
             continue
+        try:  # the Chinese sidecars in <folder>/zh/ too
+            names += sorted(os.scandir(folder / "zh"), key=lambda d: d.name)
+        except OSError:
+            pass
         for d in names:
             if d.name.endswith((".yaml", ".yml")):
                 try:
                     st = d.stat()
                 except OSError:  # a dangling or looping link: load() reports it
-                    h.update(f"/{d.name}:?".encode())
+                    h.update(f"/{d.path}:?".encode())
                     continue
-                h.update(f"/{d.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+                h.update(f"/{d.path}:{st.st_size}:{st.st_mtime_ns}".encode())
     return Path(base) / f"kb-{h.hexdigest()[:24]}.json"
 
 
@@ -369,11 +382,15 @@ def load(extra: list[Path] | None = None) -> KB:
     cache = _cache_file(folders)
     try:
         cached = json.loads(cache.read_text())
-        return KB({e["errno"]: Entry.from_dict(e) for e in cached["entries"]}, tuple(cached["warnings"]))
+        from errmap.translations import Text
+
+        return KB({e["errno"]: Entry.from_dict(e) for e in cached["entries"]}, tuple(cached["warnings"]),
+                  {int(n): Text.from_dict(t) for n, t in cached["zh"].items()})
     except (OSError, ValueError, KeyError, TypeError):
         pass
     entries: dict[int, Entry] = {}
     warnings: list[str] = []
+    zh: dict[int, Any] = {}
     for folder, allowed in folders:
         if not folder.is_dir():
             warnings.append(f"{folder}: not a folder; knowledge base skipped")
@@ -381,13 +398,32 @@ def load(extra: list[Path] | None = None) -> KB:
         found, bad = _load_dir(folder, allowed)
         warnings += bad
         entries.update(found)
+        zh.update(_translations(folder, found, warnings))
     warnings += cross_check(entries)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"entries": [e.to_dict() for e in entries.values()], "warnings": warnings}))
+        tmp.write_text(json.dumps({"entries": [e.to_dict() for e in entries.values()], "warnings": warnings,
+                                   "zh": {n: asdict(t) for n, t in zh.items()}}))
         os.replace(tmp, cache)
         _prune(cache)
     except OSError:
         pass  # a read-only home: run without a cache
-    return KB(entries, tuple(warnings))
+    return KB(entries, tuple(warnings), zh)
+
+
+def _translations(folder: Path, entries: dict[int, Entry], problems: list[str]) -> dict[int, Any]:
+    """The Chinese sidecars of a folder's entries (kb/zh/<file name>), by errno; problems appended."""
+    from errmap.translations import load_dir
+
+    texts, bad = load_dir(folder)
+    problems += bad
+    by_file = {f"{e.errno}-{e.slug}": e.errno for e in entries.values()}
+    out = {}
+    for name, text in texts.items():
+        errno = by_file.get(name.rsplit(".", 1)[0])
+        if errno is None:
+            problems.append(f"{text.file}:1: no KB entry {name} for this Chinese text")
+        else:
+            out[errno] = text
+    return out

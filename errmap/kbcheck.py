@@ -7,6 +7,9 @@ import time
 from pathlib import Path
 
 from errmap import kb as kbmod
+from errmap import translations
+
+GLOSSARY = "glossary.yaml"  # kb/glossary.yaml: the standard Chinese terms
 
 # Inputs that make a backtracking pattern blow up: long runs of what \w, \d, \s and . all eat, and
 # runs of each character the pattern itself names (`(b|b)+c` blows up only on b's).
@@ -67,6 +70,7 @@ def check(user_dirs: list[Path]) -> list[str]:
     env = [Path(p) for p in os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep) if p]
     folders = [(kbmod.official_dir(), kbmod.OFFICIAL_RANGE), *((d, kbmod.USER_RANGE) for d in [*user_dirs, *env])]
     entries: dict[int, kbmod.Entry] = {}
+    zh: dict[int, translations.Text] = {}
     problems: list[str] = []
     for folder, allowed in folders:
         if not folder.is_dir():
@@ -77,7 +81,11 @@ def check(user_dirs: list[Path]) -> list[str]:
         for errno in found.keys() & entries.keys():
             problems.append(f"{folder}: errno {errno} defined twice")
         entries.update(found)
+        zh.update(kbmod._translations(folder, found, problems))
     problems += kbmod.cross_check(entries)
+    glossary = translations.Glossary.load(kbmod.official_dir() / GLOSSARY)
     for entry in entries.values():
         problems += slow_anchors(entry)
+        if entry.errno in kbmod.OFFICIAL_RANGE or entry.errno in zh:  # a user entry may stay English-only
+            problems += translations.problems(entry, zh.get(entry.errno), glossary)
     return problems

@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as _markup
 
+from errmap.i18n import _, ngettext, pad
 from errmap.lines import Line, printable
 from errmap.source import InputError, Source
 from errmap.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
@@ -163,19 +164,19 @@ def _where(ev: dict[str, Any]) -> str:
 
 
 def _spread(d: dict[str, Any]) -> str:
-    parts = [f"{d['count']}x" if d["count"] > 1 else "once"]
+    parts = [_("{n}x").format(n=d["count"]) if d["count"] > 1 else _("once")]
     if d["ranks"]:
         ranks = d["ranks"]
-        parts.append(f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks")
+        parts.append(_("rank {rank}").format(rank=ranks[0]) if len(ranks) == 1 else _("{n} ranks").format(n=len(ranks)))
     if len(d["files"]) > 1:
-        parts.append(f"{len(d['files'])} files")
-    return ", ".join(parts)
+        parts.append(_("{n} files").format(n=len(d["files"])))
+    return _(", ").join(parts)
 
 
 def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False) -> None:
     """One diagnosis: header, evidence, cause, fix, links."""
     head = f"[bold]{n}.[/] " if n else ""
-    role = "" if d["role"] == "root" else " [dim](consequence)[/]"
+    role = "" if d["role"] == "root" else f" [dim]({_('consequence')})[/]"
     con.print(f"{head}[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
     ev = d["evidence"][0]
     text = ev["message"].strip()
@@ -184,28 +185,29 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     con.print(f"   [dim]│[/] {escape(text)}")
     if "verdict" in d:
         colour = {"confirmed": "green", "refuted": "yellow"}.get(d["verdict"], "dim")
-        why = "; ".join(d.get("verdict_reasons", [])) or "no probe could decide"
-        con.print(f"   [bold {colour}]{d['verdict']}[/]: {escape(why)}")
+        why = "; ".join(d.get("verdict_reasons", [])) or _("no probe could decide")
+        con.print(f"   [bold {colour}]{_(d['verdict'])}[/]: {escape(why)}")
         if d.get("facts"):
             from errmap.probes.base import short
 
             shown = [f"{k}={short(v['value'], 80)}" if "value" in v else f"{k}=unknown" for k, v in d["facts"].items()]
-            con.print(f"   [dim]facts: {escape('; '.join(shown))}[/]")
+            con.print(f"   [dim]{_('facts:')} {escape('; '.join(shown))}[/]")
     more = d["docs"] or f"errmap explain {d['errno']}"
     if brief:
-        con.print(f"   [dim]more: {escape(more)}[/]")
+        con.print(f"   [dim]{_('more:')} {escape(more)}[/]")
         return
-    con.print(f"   [bold]Cause[/]  {escape(d['cause'])}")
-    con.print("   [bold]Fix[/]")
+    con.print(f"   [bold]{_('Cause')}[/]  {escape(d['cause'])}")
+    con.print(f"   [bold]{_('Fix')}[/]")
     steps = d["fix"] if verbose else d["fix"][:SHOWN_STEPS]
     for i, step in enumerate(steps, 1):
         con.print(f"     {i}. {escape(step)}")
     if len(steps) < len(d["fix"]):
         left = len(d["fix"]) - len(steps)
-        con.print(f"     [dim]… {left} more step{'s' if left > 1 else ''}: errmap explain {d['errno']}[/]")
+        more_steps = ngettext("… {n} more step: errmap explain {errno}", "… {n} more steps: errmap explain {errno}", left)
+        con.print(f"     [dim]{more_steps.format(n=left, errno=d['errno'])}[/]")
     for link in d["links"][:3]:
-        con.print(f"   [dim]{link['kind']:<6}[/] {escape(link['url'])}  [dim]{escape(link['title'])}[/]")
-    con.print(f"   [dim]more:[/] {escape(more)}")
+        con.print(f"   [dim]{pad(_(link['kind']), 6)}[/] {escape(link['url'])}  [dim]{escape(link['title'])}[/]")
+    con.print(f"   [dim]{_('more:')}[/] {escape(more)}")
 
 
 def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
@@ -218,7 +220,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     ranked = report.ranked()
     residue = report.triage.unrecognized()
     lines = sum(s.lines for s in report.sources)
-    scanned = f"{len(report.sources)} file{'s' if len(report.sources) != 1 else ''}, {lines:,} lines"
+    scanned = ngettext("{n} file, {lines:,} lines", "{n} files, {lines:,} lines", len(report.sources)).format(n=len(report.sources), lines=lines)
     cmd = report.command()
     if cmd and cmd["status"]:
         how = f" (killed by {cmd['signal']}{' after a second Ctrl-C' if cmd.get('killed_by_errmap') else ''})" if "signal" in cmd else ""
@@ -233,11 +235,12 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
-            con.print(f"[green]No error found[/] [dim]({scanned})[/]")
+            con.print(f"[green]{_('No error found')}[/] [dim]({scanned})[/]")
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
-    con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({scanned}; root cause first)[/]\n")
+    heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
+    con.print(f"[bold]{heading}[/] [dim]({scanned}; {_('root cause first')})[/]\n")
     shown: dict[int, int] = {}
     for n, (inc, d) in enumerate(tops, 1):
         shown[d["errno"]] = shown.get(d["errno"], 0) + 1
@@ -251,16 +254,16 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             con.print(f"[dim]… {k - SHOWN_PER_CODE} more diagnoses of {errno} with other values (--verbose or --format json lists them)[/]")
     if residue:
         shown = residue if verbose or not tops else residue[:3]
-        label = "Errors not in the knowledge base" if not tops else "Also seen, not in the knowledge base"
+        label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
         con.print(f"[bold]{label}[/] [dim]({len(residue)})[/]")
         for r in shown:
-            count = f" [dim]({r.count}x)[/]" if r.count > 1 else ""
+            count = f" [dim]({_('{n}x').format(n=r.count)})[/]" if r.count > 1 else ""
             con.print(f"   [cyan]{escape(_where(_evidence(r.first)))}[/]  {escape(r.first.text.strip()[:SHOWN_TEXT])}{count}")
         if len(shown) < len(residue):
-            con.print(f"   [dim]… {len(residue) - len(shown)} more (--verbose lists them)[/]")
+            con.print(f"   [dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(shown))}[/]")
     _print_omitted(con, report.triage)
     if len(tops) > 1 and not verbose and not summary:
-        con.print("[dim]Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.[/]")
+        con.print(f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
 
 
 def _print_omitted(con: Console, triage: Triage) -> None:
@@ -278,7 +281,7 @@ def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, 
     for c in inc.consequences:
         cd = dicts[id(c)]
         con.print(
-            f"   {'   ' * (depth - 1)}[dim]└─ led to[/] {cd['errno']} {escape(cd['title'])} "
-            f"[dim]({_spread(cd)}; first at {escape(_where(cd['evidence'][0]))})[/]"
+            f"   {'   ' * (depth - 1)}[dim]└─ {_('led to')}[/] {cd['errno']} {escape(cd['title'])} "
+            f"[dim]({_spread(cd)}; {_('first at {where}').format(where=escape(_where(cd['evidence'][0])))})[/]"
         )
         _print_consequences(con, c, dicts, depth + 1)

@@ -18,7 +18,7 @@ def errmap(*args: str, input: bytes | None = None, timeout: float = 120, env: di
     proc = subprocess.run(
         [sys.executable, "-m", "errmap", *args],
         input=input, capture_output=True, timeout=timeout, cwd=ROOT,
-        env={**os.environ, "COLUMNS": "120", **(env or {})},
+        env={**os.environ, "COLUMNS": "120", "ERRMAP_LANG": "en", **(env or {})},  # English unless a test asks
     )
     assert b"Traceback (most recent call last)" not in proc.stderr, proc.stderr.decode(errors="replace")
     return proc

@@ -387,12 +387,12 @@ def test_search_index_holds_the_log_words(site):
 
 def _checkout_copy(tmp_path: Path) -> Path:
     root = tmp_path / "checkout"
-    root.mkdir()
+    root.mkdir(parents=True)
     shutil.copy(ROOT / "mkdocs.yml", root)
-    # The whole package: the hook imports errmap, which must be this one and not an installed copy.
-    shutil.copytree(ROOT / "errmap", root / "errmap", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "errmap", root / "errmap", ignore=shutil.ignore_patterns("__pycache__"))  # the hook imports i18n, kb, translations
     shutil.copytree(ROOT / "docs", root / "docs")
     shutil.copytree(ROOT / "kb", root / "kb")
+    shutil.copytree(ROOT / "overrides", root / "overrides")  # the theme's custom_dir (language switch)
     return root
 
 

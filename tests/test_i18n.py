@@ -1,0 +1,109 @@
+"""Chinese output: the language choice, the gettext catalogue, the KB's kb/zh/ text and its check."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from rich.cells import cell_len
+
+from conftest import ROOT, errmap
+from errmap import i18n, translations
+from errmap import kb as kbmod
+
+P40_LOG = str(ROOT / "fixtures" / "1012" / "vllm-prefix-prefill-p40.log")
+ZH = {"ERRMAP_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "zh_CN.UTF-8"}
+
+
+def test_language_from_the_environment():
+    assert i18n.detect({"LANG": "zh_CN.UTF-8"}) == "zh"
+    assert i18n.detect({"LANG": "zh_CN.UTF-8", "LC_ALL": "C"}) == "en"  # LC_ALL wins over LANG
+    assert i18n.detect({"LANG": "en_US.UTF-8", "LC_MESSAGES": "zh_TW.UTF-8"}) == "zh"
+    assert i18n.detect({"LANG": "zh_CN.UTF-8", "ERRMAP_LANG": "en"}) == "en"
+    assert i18n.detect({}) == "en"
+
+
+def test_scan_in_chinese_from_lang_and_english_unchanged():
+    zh = errmap("scan", P40_LOG, env=ZH)
+    out = zh.stdout.decode()
+    assert zh.returncode == 1, zh.stderr.decode()
+    assert "1 条诊断" in out and "根因在前" in out and "所需共享内存超过 GPU 上限" in out
+    assert "每个线程块需要 65536 字节共享内存" in out and "只允许 49152 字节" in out  # captures filled in
+    assert "`actor_rollout_ref.actor.use_torch_compile=False`" in out  # config keys stay verbatim
+    en = errmap("scan", P40_LOG, env={**ZH, "LANG": "C.UTF-8"}).stdout.decode()
+    assert "1 diagnosis" in en and "Triton kernel needs more shared memory than the GPU has" in en
+    assert not any("\u4e00" <= c <= "\u9fff" for c in en)
+    assert errmap("scan", "--lang", "en", P40_LOG, env=ZH).stdout.decode() == en
+
+
+def test_json_keeps_english_and_adds_chinese_only_when_asked():
+    plain = json.loads(errmap("scan", "--format", "json", P40_LOG, env=ZH).stdout)
+    zh = json.loads(errmap("scan", "--format", "json", "--lang", "zh", P40_LOG).stdout)
+    d = zh["diagnoses"][0]
+    assert d["title"] == plain["diagnoses"][0]["title"] == "Triton kernel needs more shared memory than the GPU has"
+    assert "zh" not in plain["diagnoses"][0]
+    assert "65536" in d["zh"]["cause"] and "共享内存" in d["zh"]["cause"] and len(d["zh"]["fix"]) == len(d["fix"])
+
+
+def test_explain_and_help_in_chinese():
+    out = errmap("explain", "1009", "--lang", "zh").stdout.decode()
+    assert "在不支持 bf16 的 GPU 上请求了 bfloat16" in out and "修复方法" in out and "`actor_rollout_ref.rollout.dtype=float16`" in out
+    help_zh = errmap("scan", "--lang", "zh", "--help").stdout.decode()
+    assert "用法：" in help_zh and "选项" in help_zh and "退出码" in help_zh
+    assert "Usage:" in errmap("scan", "--help").stdout.decode()
+
+
+def test_cjk_columns_line_up_at_80():
+    out = errmap("scan", "--lang", "zh", P40_LOG, env={"COLUMNS": "80"}).stdout.decode()
+    links = [line for line in out.splitlines() if "https://" in line]
+    assert len(links) == 3
+    starts = {cell_len(line[: line.index("https://")]) for line in links}
+    assert len(starts) == 1, links  # 补丁 (4 cells) and issue (5 cells) pad to the same column
+
+
+def _kb():
+    return kbmod.load()
+
+
+def test_every_code_has_chinese_text_that_matches_the_english():
+    kb = _kb()
+    glossary = translations.Glossary.load(kbmod.official_dir() / "glossary.yaml")
+    assert set(kb.zh) == set(kb.entries) and len(kb.entries) == 48
+    problems = [p for e in kb for p in translations.problems(e, kb.zh.get(e.errno), glossary)]
+    assert problems == []
+
+
+def test_check_catches_missing_text_placeholders_code_spans_and_glossary():
+    kb = _kb()
+    glossary = translations.Glossary.load(kbmod.official_dir() / "glossary.yaml")
+    e, text = kb.entries[1012], kb.zh[1012]
+    assert translations.problems(e, None)[0].startswith("1012-triton-shared-memory: no Chinese text")
+    bad = dataclasses.replace(text, cause=text.cause.replace("{required}", "N"))
+    assert any("placeholders" in p for p in translations.problems(e, bad, glossary))
+    bad = dataclasses.replace(text, fix=(text.fix[0].replace("`actor_rollout_ref.model.use_fused_kernels=False`", "关闭 fused kernel"), *text.fix[1:]))
+    assert any("code spans differ" in p and "use_fused_kernels" in p for p in translations.problems(e, bad, glossary))
+    bad = dataclasses.replace(text, fix=text.fix[:-1])
+    assert any("fix has 4 steps, the English 5" in p for p in translations.problems(e, bad, glossary))
+    bad = dataclasses.replace(text, summary=text.summary.replace("共享内存", "分享内存"))
+    found = translations.problems(e, bad, glossary)
+    assert any("'分享内存' is not the glossary's term" in p for p in found)
+    assert any("use the glossary's '共享内存'" in p for p in found)
+
+
+def test_a_broken_sidecar_names_its_file_and_line(tmp_path):
+    (tmp_path / "zh").mkdir()
+    side = tmp_path / "zh" / "9001-x.yaml"
+    side.write_text("title: 标题\ngroup: 分组\nsummary: 这是一段概要文字\nwrong: 1\n", encoding="utf-8")
+    texts, problems = translations.load_dir(tmp_path)
+    assert texts == {} and problems == [f"{side}:4: wrong: Extra inputs are not permitted"]
+
+
+def test_catalogue_covers_every_help_text():
+    from errmap.cli import main
+
+    i18n.set_language("zh")
+    try:
+        missing = [t for t in i18n.help_texts(main) if i18n._(t) == t]
+    finally:
+        i18n.set_language(None)
+    assert missing == []
