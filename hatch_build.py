@@ -20,8 +20,11 @@ class LocaleBuildHook(BuildHookInterface):
         for po in Path(self.root, "errmap", "locale").glob("*/LC_MESSAGES/*.po"):
             with po.open("rb") as fh:
                 catalog = read_po(fh)
-            mo = out / po.relative_to(self.root).with_suffix(".mo")
+            # An editable install imports the package from the checkout: the .mo goes beside the .po there.
+            base = Path(self.root) if version == "editable" else out
+            mo = base / po.relative_to(self.root).with_suffix(".mo")
             mo.parent.mkdir(parents=True, exist_ok=True)
             with mo.open("wb") as fh:
                 write_mo(fh, catalog)
-            build_data["force_include"][str(mo)] = str(po.relative_to(self.root).with_suffix(".mo"))
+            if version != "editable":
+                build_data["force_include"][str(mo)] = str(po.relative_to(self.root).with_suffix(".mo"))
