@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_docs_browser import LAPTOP, PHONE, base_url, browser, open_page, outside, search, shot  # noqa: F401
+from test_docs_browser import LAPTOP, PHONE, base_url, browser, open_page, outside, search, shot, site_dir  # noqa: F401
 from errmap.i18n import _, set_language
 from errmap.explain import SECTIONS
 
