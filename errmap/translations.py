@@ -145,8 +145,11 @@ def problems(entry, text: Text | None, glossary=None) -> list[str]:
         return [f"{where}: no Chinese text (kb/{FOLDER}/{where}.yaml)"]
     out = []
     steps = _fix_texts(entry.fix)
+    out += [f"{text.file}: no {name}" for name, missing in (
+        ("cause", not text.cause), ("fix", not text.fix), ("applies_to", bool(entry.applies_to) and not text.applies_to),
+        ("says", bool(entry.checks) and not text.says)) if missing]
     pairs = [("summary", entry.summary, text.summary), ("title", entry.title, text.title)]
-    if text.cause:  # not yet required: cause, fix steps, applies_to and says are checked where given
+    if text.cause:
         pairs.append(("cause", entry.cause, text.cause))
     if text.fix and len(text.fix) != len(steps):
         out.append(f"{text.file}: fix has {len(text.fix)} steps, the English {len(steps)}")
