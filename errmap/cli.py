@@ -244,7 +244,8 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, report_path: str
             from errmap.follow import follow_into
 
             notices = _console(stderr=True)
-            follow_into(matcher, follow_path, triage, on_new, notice=lambda msg: notices.print(f"[yellow]errmap:[/] {escape(msg)}"))
+            follow_into(matcher, follow_path, triage, on_new,
+                        notice=lambda msg: notices.print(f"[yellow]errmap:[/] {escape(msg)}"), counted=source)
         else:
             echo = (lambda chunk: (sys.stdout.buffer.write(chunk), sys.stdout.buffer.flush())) if passthrough else None
             scan_source(matcher, source, triage, on_new, echo)

@@ -43,10 +43,11 @@ class _Generation:
         self.f, self.ident = f, (st.st_dev, st.st_ino)
         self.matcher, self.path = matcher, path
         self.last_data = time.monotonic()
+        self.lines = 0  # lines read, over every restart (truncation)
         self._restart()
 
     def _restart(self) -> None:
-        self.scanner, self.recoder, self.head = self.matcher.scanner(self.path), Recoder(), b""
+        self.scanner, self.recoder, self.head, self.last = self.matcher.scanner(self.path), Recoder(), b"", b""
 
     def read(self, triage: Triage, on_new: OnNew) -> bool:
         chunk = self.f.read(CHUNK)
@@ -54,8 +55,8 @@ class _Generation:
             return False
         if len(self.head) < HEAD:
             self.head += chunk[: HEAD - len(self.head)]
+        self.last, self.last_data = chunk[-1:], time.monotonic()
         feed(triage, self.scanner.feed(self.recoder.feed(chunk)), on_new)
-        self.last_data = time.monotonic()
         return True
 
     def drain(self, triage: Triage, on_new: OnNew) -> None:
@@ -65,6 +66,7 @@ class _Generation:
     def finish(self, triage: Triage, on_new: OnNew) -> None:
         feed(triage, self.scanner.feed(self.recoder.finish()), on_new)
         feed(triage, self.scanner.finish(), on_new)
+        self.lines += self.scanner.lineno - 1 + (self.last not in (b"\n", b""))
 
     def truncated(self) -> bool:
         """Shorter than what was read, or its first bytes are no longer the ones read."""
@@ -89,8 +91,10 @@ def follow_into(
     on_new: OnNew,
     notice: Callable[[str], None],
     stop: Callable[[], bool] = lambda: False,
+    counted: Source | None = None,
 ) -> None:
-    """Feed `path` into `triage` until `stop()` is true or the process is interrupted."""
+    """Feed `path` into `triage` until `stop()` is true or the process is interrupted; the lines read
+    are added to `counted`."""
     if os.path.isdir(path):
         raise InputError(path, "is a directory")
     try:
@@ -100,6 +104,8 @@ def follow_into(
     if is_stream:  # a FIFO or device cannot be re-read or truncated: one stream to its end
         source = Source(path)
         scan_source(matcher, source, triage, on_new)
+        if counted is not None:
+            counted.lines += source.lines
         if source.error:
             raise InputError(path, source.error)
         return
@@ -128,6 +134,8 @@ def follow_into(
                     cur.finish(triage, on_new)
                     cur.f.close()
                     gens.pop(0)
+                    if counted is not None:
+                        counted.lines += cur.lines
                 continue
             time.sleep(POLL)
         for gen in gens:
@@ -136,6 +144,8 @@ def follow_into(
         for gen in gens:
             gen.finish(triage, on_new)
             gen.f.close()
+            if counted is not None:
+                counted.lines += gen.lines
 
 
 def _open_new(path: str, matcher: Matcher, gens: list[_Generation], notice: Callable[[str], None]) -> None:

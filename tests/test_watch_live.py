@@ -66,3 +66,18 @@ def test_watch_on_a_terminal_says_what_it_expects():
     out, _ = p.communicate(timeout=60)
     os.close(master)
     assert p.returncode == 0 and b"No error found" in out
+
+
+def test_follow_counts_the_lines_it_read_and_keeps_the_unfinished_one(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(b"step 1\nstep 2\n" + TRITON + b"\n" + BF16)  # the last line has no newline yet
+    report = tmp_path / "r.json"
+    p = subprocess.Popen([sys.executable, "-m", "errmap", "watch", "--follow", str(log), "--report", str(report)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    read_until(p.stdout, b"1012")  # the live diagnosis of line 3: it is following
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and b"Traceback" not in err
+    doc = json.loads(report.read_text())
+    assert {d["errno"] for d in doc["diagnoses"]} == {1012, 1009}
+    assert doc["sources"][0]["lines"] == 4
