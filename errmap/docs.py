@@ -234,7 +234,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return [prose(e.summary), ""] + ([f"**Applies to:** {prose(e.applies_to)}", ""] if e.applies_to else [])
 
     def fix() -> list[str]:
-        return [f"{i}. {prose(step, names)}" for i, step in enumerate(e.fix, 1)] + [""]
+        return [f"{i}. {prose(step.text, names)}" for i, step in enumerate(e.fix, 1)] + [""]
 
     def why() -> list[str]:
         return [prose(e.cause, names), ""]

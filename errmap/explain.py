@@ -214,7 +214,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
 
     def fix() -> None:
         for i, step in enumerate(e.fix, 1):
-            con.print(f"  {i}. {escape(e.fill(step))}")
+            con.print(f"  {i}. {escape(e.fill(step.text))}")
 
     def why() -> None:
         con.print(f"  {escape(e.fill(e.cause))}")
