@@ -234,7 +234,13 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return [prose(e.summary), ""] + ([f"**Applies to:** {prose(e.applies_to)}", ""] if e.applies_to else [])
 
     def fix() -> list[str]:
-        return [f"{i}. {prose(step.text, names)}" for i, step in enumerate(e.fix, 1)] + [""]
+        groups = e.steps_by_stack()
+        out: list[str] = []
+        for stack, steps in groups:
+            if len(groups) > 1:
+                out += [f"**{text(stack or 'Any run')}**", ""]
+            out += [f"{i}. {prose(step.text, names)}" for i, step in steps] + [""]
+        return out
 
     def why() -> list[str]:
         return [prose(e.cause, names), ""]

@@ -156,6 +156,13 @@ class Entry:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def steps_by_stack(self) -> list[tuple[str | None, list[tuple[int, Step]]]]:
+        """The fix steps, numbered as in the KB, grouped: the general ones first, then each stack's."""
+        groups: dict[str | None, list[tuple[int, Step]]] = {}
+        for i, step in enumerate(self.fix, 1):
+            groups.setdefault(", ".join(STACKS[s] for s in step.stack) or None, []).append((i, step))
+        return sorted(groups.items(), key=lambda g: g[0] is not None)
+
     @property
     def captures(self) -> set[str]:
         return set().union(*(a.groups for a in self.anchors))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as _markup
 
+from errmap.kb import STACKS
 from errmap.lines import Line, printable
 from errmap.source import InputError, Source
+from errmap.stack import fitting, framework
 from errmap.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 
 JSON_VERSION = 1
@@ -49,8 +52,8 @@ def _evidence(line: Line) -> dict[str, Any]:
     return out
 
 
-def diagnose(inc: Incident) -> dict[str, Any]:
-    """One incident as a diagnosis of the JSON contract."""
+def diagnose(inc: Incident, stack: str | None = None) -> dict[str, Any]:
+    """One incident as a diagnosis of the JSON contract, its fix steps and links for the run's `stack`."""
     e, caps = inc.entry, inc.captures
     return {
         "errno": e.errno,
@@ -68,8 +71,10 @@ def diagnose(inc: Incident) -> dict[str, Any]:
         "captures": caps,
         "summary": e.summary,
         "cause": e.fill(e.cause, caps),
-        "fix": [e.fill(step.text, caps) for step in e.fix],
-        "links": [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(link).items() if v not in (None, ())} for link in e.links],
+        "framework": stack,
+        "fix": [e.fill(step.text, caps) for step in fitting(e.fix, stack)],
+        "links": [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(link).items() if v not in (None, ())}
+                  for link in fitting(e.links, stack)],
         "caused_by": inc.cause.entry.errno if inc.cause else None,
         "consequences": [c.entry.errno for c in inc.consequences],
         "docs": docs_url(e.errno),
@@ -106,7 +111,7 @@ class Report:
     def ranked(self) -> list[tuple[Incident, dict[str, Any]]]:
         out = []
         for inc in self.triage.ranked():
-            d = diagnose(inc)
+            d = diagnose(inc, self.framework(inc.files))
             d.update(self.extra.get(inc.fingerprint, {}))
             out.append((inc, d))
         return out
@@ -114,6 +119,11 @@ class Report:
     @property
     def diagnoses(self) -> list[dict[str, Any]]:
         return [d for _, d in self.ranked()]
+
+    def framework(self, files: Iterable[str] | None = None) -> str | None:
+        """The stack that wrote these files (all files when none are given), from what their lines name."""
+        stacks = self.triage.stacks
+        return framework(set().union(*(stacks.get(f, set()) for f in (stacks if files is None else files))))
 
     def exit_code(self) -> int:
         if self.errors:
@@ -132,6 +142,7 @@ class Report:
         sources += [{"path": e.path, "error": e.reason} for e in self.errors if e.path not in {s.path for s in self.sources}]
         return {
             "version": JSON_VERSION,
+            "framework": self.framework(),
             "sources": sources,
             "diagnoses": self.diagnoses,
             "unrecognized": [_residue(r) for r in self.triage.unrecognized()],
@@ -233,7 +244,8 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
-    con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({scanned}; root cause first)[/]\n")
+    stack = f"{STACKS[fw]}; " if (fw := report.framework()) else ""
+    con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({stack}{scanned}; root cause first)[/]\n")
     for n, (inc, d) in enumerate(tops, 1):
         print_diagnosis(con, d, n, brief=summary or (n > 1 and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)

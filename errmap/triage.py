@@ -13,7 +13,7 @@ import regex
 
 from errmap.kb import Entry
 from errmap.lines import Line
-from errmap.matcher import Event, Match, Unrecognized
+from errmap.matcher import Event, Match, Named, Unrecognized
 
 MAX_EVIDENCE = 5
 # What a triage keeps is bounded whatever the log holds; what it drops it counts.
@@ -84,11 +84,15 @@ class Triage:
     residue: dict[tuple, Residue] = field(default_factory=dict)
     more: dict[int, int] = field(default_factory=dict)  # errno -> lines of incidents past MAX_PER_CODE
     more_residue: int = 0  # lines of unrecognized records past MAX_RESIDUE
+    stacks: dict[str, set[str]] = field(default_factory=dict)  # file -> the stacks its lines name
     _per_code: dict[int, int] = field(default_factory=dict)
     _events: int = 0
 
     def add(self, event: Event) -> Incident | Residue | None:
         """Record one event; return the incident or residue if this event opened it."""
+        if isinstance(event, Named):
+            self.stacks.setdefault(event.line.path, set()).add(event.stack)
+            return None
         self._events += 1
         if isinstance(event, Unrecognized):
             key = (event.type[:200], _NUMBERS.sub("N", event.message[:200]))

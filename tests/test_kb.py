@@ -109,10 +109,12 @@ def test_enough_clean_logs():
 
 def test_prefilter_literals_are_rare_in_healthy_logs(matcher):
     """Stage two runs only on lines holding a literal; a literal every healthy step line holds
-    (a metric name, an INFO banner) would make every scan slow. Generic failure words excluded."""
+    (a metric name, an INFO banner) would make every scan slow. Generic failure words excluded, and the
+    stack's names (a set lookup per line, no decoding, no pattern)."""
     from errmap.matcher import FRAME_LITERAL, GENERIC_LITERALS, TRACEBACK_LITERAL
+    from errmap.stack import LITERALS
 
-    generic = {lit.encode() for lit in GENERIC_LITERALS} | {FRAME_LITERAL, TRACEBACK_LITERAL}
+    generic = {lit.encode() for lit in GENERIC_LITERALS} | {FRAME_LITERAL, TRACEBACK_LITERAL, *LITERALS}
     lines = candidates = 0
     for log in CLEAN_LOGS:
         data = log.read_bytes()

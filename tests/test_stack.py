@@ -1,0 +1,90 @@
+"""The stack that wrote a log, read from the log, and the fix steps shown for it (real CLI runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import ROOT, errmap, scan_json
+
+from errmap.stack import fitting, framework, in_frame
+
+FIX = ROOT / "fixtures"
+
+# A TRL GRPO step on a dataset without a `prompt` column: the frame shape of the 1033 anchor's frame rule
+# (trl/trainer/grpo_trainer.py, _generate_and_score_completions reads x["prompt"]), in a venv named verl.
+TRL_KEYERROR = """\
+Traceback (most recent call last):
+  File "/home/u/train_grpo.py", line 30, in <module>
+    trainer.train()
+  File "/opt/venvs/verl/lib/python3.11/site-packages/transformers/trainer.py", line 2245, in train
+    return inner_training_loop(
+  File "/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_trainer.py", line 1400, in _generate_and_score_completions
+    prompts = [x["prompt"] for x in inputs]
+KeyError: 'prompt'
+"""
+
+
+def test_frame_paths_name_the_innermost_installed_package():
+    assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_config.py") == "trl"
+    assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/transformers/hf_argparser.py") is None
+    assert in_frame("/home/u/verl/verl/trainer/main_ppo.py") == "verl"
+    assert in_frame("/x/site-packages/transformers/trainer.py") == "pytorch"
+    assert in_frame("/x/site-packages/torchvision/io.py") is None
+    assert framework({"pytorch", "serving", "verl"}) == "verl" and framework({"pytorch", "trl"}) == "trl"
+    assert framework(set()) is None
+
+
+def test_trl_keyerror_shows_trl_steps_and_no_verl_step(tmp_path):
+    log = tmp_path / "grpo.log"
+    log.write_text(TRL_KEYERROR)
+    out = scan_json(log)
+    (d,) = out["diagnoses"]
+    assert d["errno"] == 1033 and out["framework"] == d["framework"] == "trl"
+    assert d["fix"][0].startswith("TRL"), d["fix"]
+    assert not any(s.startswith("verl") for s in d["fix"]), d["fix"]
+    assert all("verl" not in link.get("stack", []) for link in d["links"])
+    text = errmap("scan", str(log)).stdout.decode()
+    assert "1 diagnosis (TRL; 1 file," in text and "\n     1. TRL" in text, text
+
+
+def test_trl_recording_shows_trl_steps_first():
+    out = scan_json(FIX / "1039" / "trl-grpo-generation-batch.log")
+    (d,) = out["diagnoses"]
+    assert out["framework"] == "trl" and d["fix"][0].startswith("TRL GRPO")
+    assert not any(s.startswith("verl") for s in d["fix"]), d["fix"]
+
+
+def test_plain_pytorch_oom_shows_pytorch_steps_first():
+    out = scan_json(FIX / "1017" / "gpu-training-loop-backward.log")
+    d = out["diagnoses"][0]
+    assert d["errno"] == 1017 and out["framework"] == "pytorch"
+    assert d["fix"][0].startswith("Plain PyTorch / HF Trainer"), d["fix"]
+    assert not any(s.startswith("verl") for s in d["fix"])
+
+
+def test_verl_log_keeps_verl_keys_first():
+    out = scan_json(FIX / "1033" / "verl-raw-gsm8k-columns.log")
+    d = out["diagnoses"][0]
+    assert out["framework"] == "verl" and d["errno"] == 1033
+    assert "TRL" not in " ".join(d["fix"])
+
+
+def test_unknown_stack_shows_every_step_in_kb_order(tmp_path, kb):
+    log = tmp_path / "bare.log"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    out = scan_json(log)
+    assert out["framework"] is None
+    assert len(out["diagnoses"][0]["fix"]) == len(kb.get(1017).fix)
+
+
+def test_fitting_orders_own_then_base_then_general(kb):
+    e = kb.get(1017)
+    shown = fitting(e.fix, "trl")
+    assert [s.stack for s in shown][:1] == [("pytorch",)] and all(not s.stack or "pytorch" in s.stack for s in shown)
+
+
+def test_explain_shows_every_step_grouped_by_stack():
+    text = errmap("explain", "1033").stdout.decode()
+    fix = text.split("How to fix", 1)[1].split("Why it happens", 1)[0]
+    assert "Any run" in fix and "\n  verl\n" in fix and "TRL, OpenRLHF" in fix, fix
+    assert fix.index("Any run") < fix.index("\n  verl\n")
