@@ -71,6 +71,7 @@ def diagnose(inc: Incident, stack: str | None = None) -> dict[str, Any]:
         "captures": caps,
         "summary": e.summary,
         "cause": e.fill(e.cause, caps),
+        "run": inc.run or None,
         "framework": stack,
         "fix": [e.fill(step.text, caps) for step in fitting(e.fix, stack)],
         "links": [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(link).items() if v not in (None, ())}
@@ -244,10 +245,17 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
-    stack = f"{STACKS[fw]}; " if (fw := report.framework()) else ""
+    runs = list(dict.fromkeys(inc.run for inc, _ in tops))
+    stack = f"{STACKS[fw]}; " if len(runs) < 2 and (fw := report.framework()) else ""
     con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({stack}{scanned}; root cause first)[/]\n")
     for n, (inc, d) in enumerate(tops, 1):
-        print_diagnosis(con, d, n, brief=summary or (n > 1 and not verbose), verbose=verbose)
+        opens = n == 1 or inc.run != tops[n - 2][0].run
+        if len(runs) > 1 and opens:
+            files = [s.path for s in report.sources if s.run == inc.run]
+            what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), files[0] if files else "",
+                                         f"and {len(files) - 1} more file{'s' if len(files) > 2 else ''}" if len(files) > 1 else "") if x)
+            con.print(f"[bold]Run {runs.index(inc.run) + 1} of {len(runs)}[/] [dim]({escape(what)})[/]")
+        print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)
         con.print()
     if residue:

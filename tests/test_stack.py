@@ -88,3 +88,45 @@ def test_explain_shows_every_step_grouped_by_stack():
     fix = text.split("How to fix", 1)[1].split("Why it happens", 1)[0]
     assert "Any run" in fix and "\n  verl\n" in fix and "TRL, OpenRLHF" in fix, fix
     assert fix.index("Any run") < fix.index("\n  verl\n")
+
+
+# ---------------------------------------------------------------- one run per log
+
+def _roots(out: dict) -> set[tuple]:
+    """(file name, errno, the code it is folded under) of each diagnosis."""
+    return {(d["file"].rsplit("/", 1)[-1], d["errno"], d["caused_by"]) for d in out["diagnoses"]}
+
+
+def test_two_unrelated_logs_are_two_runs_in_either_order():
+    a, b = FIX / "1009" / "deepspeed-bf16-sanity-check.log", FIX / "1047" / "vllm-engine-dead-during-rollout.log"
+    one, two = scan_json(a, b), scan_json(b, a)
+    assert _roots(one) == _roots(two) == {("deepspeed-bf16-sanity-check.log", 1009, None),
+                                          ("vllm-engine-dead-during-rollout.log", 1047, None)}
+    assert {d["run"] for d in one["diagnoses"]} == {str(a), str(b)}
+    text = errmap("scan", str(a), str(b)).stdout.decode()
+    assert "└─ led to" not in text and "Run 1 of 2 (DeepSpeed / accelerate, " in text and "Run 2 of 2 (verl, " in text, text
+
+
+def test_a_folder_and_rank_files_are_one_run(tmp_path):
+    a, b = FIX / "1009" / "deepspeed-bf16-sanity-check.log", FIX / "1047" / "vllm-engine-dead-during-rollout.log"
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "x.log").write_bytes(a.read_bytes())
+    (folder / "y.log").write_bytes(b.read_bytes())
+    out = scan_json(folder)
+    assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "train_rank0.log").write_bytes(a.read_bytes())
+    (ranks / "train_rank1.log").write_bytes(b.read_bytes())
+    out = scan_json(ranks / "train_rank1.log", ranks / "train_rank0.log")
+    assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
+
+
+def test_a_ray_session_is_one_run(tmp_path):
+    logs = tmp_path / "ray" / "session_2026-01-02_03-04-05_1_1" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "worker-a.err").write_bytes((FIX / "1009" / "deepspeed-bf16-sanity-check.log").read_bytes())
+    (logs / "driver.out").write_bytes((FIX / "1047" / "vllm-engine-dead-during-rollout.log").read_bytes())
+    out = scan_json(logs / "driver.out", logs / "worker-a.err")
+    assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
