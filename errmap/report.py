@@ -225,8 +225,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             con.print(f"[yellow]errmap:[/] {escape(s.path)}: {escape(s.warning)}")
     ranked = report.ranked()
     residue = report.triage.unrecognized()
-    lines = sum(s.lines for s in report.sources)
-    scanned = f"{len(report.sources)} file{'s' if len(report.sources) != 1 else ''}, {lines:,} lines"
+    read = [s for s in report.sources if not s.error]
+    lines = sum(s.lines for s in read)
+    scanned = f"{len(read)} file{'s' if len(read) != 1 else ''}, {lines:,} line{'s' if lines != 1 else ''}"
     cmd = report.command()
     if cmd and cmd["status"]:
         how = f"was killed by {cmd['signal']}" if "signal" in cmd else "failed"
@@ -237,7 +238,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
                       "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
                       f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
     if not ranked and not residue and report.errors:
-        con.print(f"[bold red]Nothing diagnosed:[/] {len(report.errors)} input(s) could not be read [dim]({scanned})[/]")
+        n = len(report.errors)
+        also = f" [dim]({scanned} read)[/]" if read else ""
+        con.print(f"[bold red]Nothing diagnosed:[/] {n} input{'s' if n != 1 else ''} could not be read{also}")
         return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
@@ -247,7 +250,10 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     dicts = {id(inc): d for inc, d in ranked}
     runs = list(dict.fromkeys(inc.run for inc, _ in tops))
     stack = f"{STACKS[fw]}; " if len(runs) < 2 and (fw := report.framework()) else ""
-    con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({stack}{scanned}; root cause first)[/]\n")
+    if tops:
+        con.print(f"[bold]{len(tops)} diagnos{'is' if len(tops) == 1 else 'es'}[/] [dim]({stack}{scanned}; root cause first)[/]\n")
+    else:
+        con.print(f"[bold]No known cause for {len(residue)} error{'s' if len(residue) != 1 else ''}[/] [dim]({stack}{scanned})[/]\n")
     for n, (inc, d) in enumerate(tops, 1):
         opens = n == 1 or inc.run != tops[n - 2][0].run
         if len(runs) > 1 and opens:
