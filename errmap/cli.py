@@ -80,10 +80,11 @@ def main() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Every diagnosis in full and every unrecognized error line.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes for large inputs (default: ERRMAP_JOBS, else every core).")
+@click.option("--one-run", is_flag=True, help="All files are logs of one run (by default files given one by one are separate runs).")
 @report_option
 @kb_option
 @probe_options
-def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, report_path: str | None,
+def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, one_run: bool, report_path: str | None,
              kb_dirs: tuple[str, ...],
              probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose log files, directories of logs, compressed files (gz, bz2, xz, zst) or - for stdin.
@@ -93,6 +94,8 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
     kb = _load_kb(kb_dirs)
     try:
         found = expand(list(paths))
+        for s in found.sources if one_run else ():
+            s.run = ""
         sniffer = verify.sniff(found.sources) if probe else None
         report = scan(Matcher(kb), found.sources, found.errors, jobs)
     except KeyboardInterrupt:

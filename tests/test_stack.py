@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 from conftest import ROOT, errmap, scan_json
 
@@ -129,4 +129,11 @@ def test_a_ray_session_is_one_run(tmp_path):
     (logs / "worker-a.err").write_bytes((FIX / "1009" / "deepspeed-bf16-sanity-check.log").read_bytes())
     (logs / "driver.out").write_bytes((FIX / "1047" / "vllm-engine-dead-during-rollout.log").read_bytes())
     out = scan_json(logs / "driver.out", logs / "worker-a.err")
+    assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
+
+
+def test_one_run_flag_joins_files_given_one_by_one():
+    a, b = FIX / "1009" / "deepspeed-bf16-sanity-check.log", FIX / "1047" / "vllm-engine-dead-during-rollout.log"
+    proc = errmap("scan", "--one-run", "--format", "json", str(b), str(a))
+    out = json.loads(proc.stdout)
     assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
