@@ -234,13 +234,10 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return [prose(e.summary), ""] + ([f"**Applies to:** {prose(e.applies_to)}", ""] if e.applies_to else [])
 
     def fix() -> list[str]:
+        # One list, grouped: the general steps, then each stack's, marked with the stack's name.
         groups = e.steps_by_stack()
-        out: list[str] = []
-        for stack, steps in groups:
-            if len(groups) > 1:
-                out += [f"**{text(stack or 'Any run')}**", ""]
-            out += [f"{i}. {prose(step.text, names)}" for i, step in steps] + [""]
-        return out
+        return [f"{n}. " + (f"**{text(stack)}:** " if stack and len(groups) > 1 else "") + prose(step.text, names)
+                for n, (stack, step) in enumerate(((stack, step) for stack, steps in groups for _, step in steps), 1)] + [""]
 
     def why() -> list[str]:
         return [prose(e.cause, names), ""]
