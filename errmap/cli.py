@@ -82,6 +82,7 @@ def main() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Every diagnosis in full and every unrecognized error line.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes for large inputs (default: ERRMAP_JOBS, else every core).")
+@click.option("--one-run", is_flag=True, help="All files are logs of one run (by default files given one by one are separate runs).")
 @report_option
 @kb_option
 @probe_options
@@ -93,7 +94,7 @@ def main() -> None:
               help="With --ray: only lines after TIME ('2026-12-03 10:00', or an age: 2h, 30m, 1d).")
 @click.option("--node-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="With --ray: a node that has not answered by then is reported as such.")
-def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, report_path: str | None,
+def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, one_run: bool, report_path: str | None,
              kb_dirs: tuple[str, ...],
              probe: bool = False, data_file: str | None = None, model_dir: str | None = None,
              ray_address: str | None = None, node_paths: tuple[str, ...] = (), since: str | None = None,
@@ -110,6 +111,8 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
         raise click.UsageError("give log files or directories to scan, or --ray for a Ray cluster")
     try:
         found = expand(list(paths))
+        for s in found.sources if one_run else ():
+            s.run = ""
         sniffer = verify.sniff(found.sources) if probe else None
         report = scan(Matcher(kb), found.sources, found.errors, jobs)
     except KeyboardInterrupt:
@@ -162,7 +165,8 @@ def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmod.KB | 
         from errmap.translations import for_json
 
         for d in doc["diagnoses"]:
-            if (zh := for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"])) is not None:
+            zh = for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"], d.get("framework"), diagnosis=True)
+            if zh is not None:
                 d["zh"] = zh
     if fmt in ("json", "text"):
         return formats.dumps(doc) + "\n"

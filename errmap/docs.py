@@ -236,7 +236,10 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return [prose(e.summary), ""] + ([f"**Applies to:** {prose(e.applies_to)}", ""] if e.applies_to else [])
 
     def fix() -> list[str]:
-        return [f"{i}. {prose(step, names)}" for i, step in enumerate(e.fix, 1)] + [""]
+        # One list, grouped: the general steps, then each stack's, marked with the stack's name.
+        groups = e.steps_by_stack()
+        return [f"{n}. " + (f"**{text(stack)}:** " if stack and len(groups) > 1 else "") + prose(step.text, names)
+                for n, (stack, step) in enumerate(((stack, step) for stack, steps in groups for _, step in steps), 1)] + [""]
 
     def why() -> list[str]:
         return [prose(e.cause, names), ""]

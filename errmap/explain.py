@@ -214,8 +214,12 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             con.print(f"  [dim]{_('Applies to:')}[/] {escape(e.applies_to)}")
 
     def fix() -> None:
-        for i, step in enumerate(e.fix, 1):
-            con.print(f"  {i}. {escape(e.fill(step))}")
+        groups = e.steps_by_stack()
+        for stack, steps in groups:
+            if len(groups) > 1:
+                con.print(f"  [bold]{escape(stack or 'Any run')}[/]")
+            for i, step in steps:
+                con.print(f"  {i}. {escape(e.fill(step.text))}")
 
     def why() -> None:
         con.print(f"  {escape(e.fill(e.cause))}")

@@ -70,12 +70,43 @@ class Anchor:
         return set(self.compiled.groupindex)
 
 
+# The stacks a fix step or link can be for, as schema.Stack lists them, with the names shown to users.
+STACKS = {
+    "verl": "verl",
+    "trl": "TRL",
+    "openrlhf": "OpenRLHF",
+    "llamafactory": "LLaMA-Factory",
+    "deepspeed": "DeepSpeed / accelerate",
+    "serving": "vLLM / SGLang serving",
+    "pytorch": "PyTorch / HF Trainer",
+}
+
+
+def _stacks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One fix step; `stack` names the stacks it is for, empty when it is general."""
+
+    text: str
+    stack: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stack", _stacks(self.stack))
+
+
 @dataclass(frozen=True)
 class Link:
     url: str
     kind: str
     title: str
     fixed_in: str | None = None
+    stack: tuple[str, ...] = ()  # the stacks it is for, empty when it is general
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stack", _stacks(self.stack))
 
 
 @dataclass(frozen=True)
@@ -105,7 +136,7 @@ class Entry:
     summary: str
     anchors: tuple[Anchor, ...]
     cause: str
-    fix: tuple[str, ...]
+    fix: tuple[Step, ...]
     links: tuple[Link, ...]
     key: tuple[str, ...] = ()
     probes: tuple[str, ...] = ()
@@ -116,7 +147,7 @@ class Entry:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Entry:
-        nested = {"anchors": Anchor, "links": Link, "checks": Check}
+        nested = {"anchors": Anchor, "fix": Step, "links": Link, "checks": Check}
         return cls(**{
             k: tuple(nested[k](**x) for x in v) if k in nested else tuple(v) if isinstance(v, list) else v
             for k, v in d.items()
@@ -124,6 +155,13 @@ class Entry:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def steps_by_stack(self) -> list[tuple[str | None, list[tuple[int, Step]]]]:
+        """The fix steps, numbered as in the KB, grouped: the general ones first, then each stack's."""
+        groups: dict[str | None, list[tuple[int, Step]]] = {}
+        for i, step in enumerate(self.fix, 1):
+            groups.setdefault(", ".join(STACKS[s] for s in step.stack) or None, []).append((i, step))
+        return sorted(groups.items(), key=lambda g: g[0] is not None)
 
     @property
     def captures(self) -> set[str]:
@@ -325,7 +363,7 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
     return problems
 
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def cache_dir() -> Path:

@@ -19,6 +19,7 @@ import regex
 from errmap.kb import KB, USER_RANGE, Anchor, Entry
 from errmap.lines import ANSI, Line, peel
 from errmap.prefilter import build
+from errmap.stack import LITERALS as STACK_LITERALS, in_frame
 
 MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their start
 REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
@@ -60,6 +61,8 @@ CONTINUED, CONTINUED_MAX = 3, 2048
 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
 _GENERIC, _FRAME, _TRACEBACK = -1, -2, -3
+_STACK = -4  # _STACK - k: the k-th of stack.LITERALS
+_STACKS = list(STACK_LITERALS.values())
 _GENERIC_ONLY = {_GENERIC}
 # "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
 _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
@@ -96,7 +99,15 @@ class Unrecognized:
     inner: str | None = None  # a wrapper's wrapped type: RayTaskError(KeyError) -> KeyError
 
 
-Event = Match | Unrecognized
+@dataclass(slots=True)
+class Named:
+    """The first line of a source that names the stack which wrote it (stack.py)."""
+
+    line: Line
+    stack: str
+
+
+Event = Match | Unrecognized | Named
 
 
 class Matcher:
@@ -115,6 +126,8 @@ class Matcher:
             literals.setdefault(lit.encode(), set()).add(_GENERIC)
         literals.setdefault(FRAME_LITERAL, set()).add(_FRAME)
         literals.setdefault(TRACEBACK_LITERAL, set()).add(_TRACEBACK)
+        for k, lit in enumerate(STACK_LITERALS):
+            literals.setdefault(lit, set()).add(_STACK - k)
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
         self.prefilter = build(self.literals)
@@ -196,6 +209,7 @@ class Scanner:
     _skipping: bool = field(default=False, repr=False)
     _frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=64), repr=False)
     _open: tuple[int, bytes] | None = field(default=None, repr=False)  # a traceback header no failure has followed yet
+    _stacks: set[str] = field(default_factory=set, repr=False)  # stacks named so far
 
     def feed(self, chunk: bytes) -> list[Event]:
         events: list[Event] = []
@@ -278,8 +292,12 @@ class Scanner:
                 nl = block.find(b"\n", e + 1)
                 src = block[e + 1: nl if nl >= 0 else len(block)].strip()
                 self._frames.append((lineno, (f[1] + b":" + f[2] + b"  " + src).decode("utf-8", "replace")))
+                events += self._named(in_frame(f[1].decode("utf-8", "replace")), lineno, raw)
             elif _TRACEBACK in ids and TRACEBACK.search(raw):
                 self._open = (lineno, raw)
+            for i in ids:
+                if i <= _STACK:
+                    events += self._named(_STACKS[_STACK - i], lineno, raw)
             if not any(i >= _GENERIC for i in ids):
                 continue  # a frame or a traceback header only: recorded, nothing to match
             if self._open is not None and _failure_shaped(raw):
@@ -294,6 +312,12 @@ class Scanner:
         if not cut:
             self.lineno = lineno + block.count(b"\n", pos)
         return events
+
+    def _named(self, stack: str | None, lineno: int, raw: bytes) -> list[Named]:
+        if stack is None or stack in self._stacks:
+            return []
+        self._stacks.add(stack)
+        return [Named(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), stack)]
 
     def _continued(self, block: bytes, end: int, line: Line) -> list[Match]:
         """The anchors that match an unknown failure line joined with the lines that continue it (a message

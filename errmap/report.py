@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ from rich.console import Console
 from rich.markup import escape as _markup
 
 from errmap.i18n import _, ngettext, pad
+from errmap.kb import STACKS
 from errmap.lines import Line, printable
 from errmap.source import InputError, Source
+from errmap.stack import fitting, framework
 from errmap.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 
 JSON_VERSION = 1
@@ -51,8 +54,8 @@ def _evidence(line: Line) -> dict[str, Any]:
     return out
 
 
-def diagnose(inc: Incident) -> dict[str, Any]:
-    """One incident as a diagnosis of the JSON contract."""
+def diagnose(inc: Incident, stack: str | None = None) -> dict[str, Any]:
+    """One incident as a diagnosis of the JSON contract, its fix steps and links for the run's `stack`."""
     e, caps = inc.entry, inc.captures
     return {
         "errno": e.errno,
@@ -70,8 +73,11 @@ def diagnose(inc: Incident) -> dict[str, Any]:
         "captures": caps,
         "summary": e.summary,
         "cause": e.fill(e.cause, caps),
-        "fix": [e.fill(step, caps) for step in e.fix],
-        "links": [{k: v for k, v in asdict(link).items() if v is not None} for link in e.links],
+        "run": inc.run or None,
+        "framework": stack,
+        "fix": [e.fill(step.text, caps) for step in fitting(e.fix, stack)],
+        "links": [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(link).items() if v not in (None, ())}
+                  for link in fitting(e.links, stack)],
         "caused_by": inc.cause.entry.errno if inc.cause else None,
         "consequences": [c.entry.errno for c in inc.consequences],
         "docs": docs_url(e.errno),
@@ -111,7 +117,7 @@ class Report:
     def ranked(self) -> list[tuple[Incident, dict[str, Any]]]:
         out = []
         for inc in self.triage.ranked():
-            d = diagnose(inc)
+            d = diagnose(inc, self.framework(inc.files))
             d.update(self.extra.get(inc.fingerprint, {}))
             out.append((inc, d))
         return out
@@ -119,6 +125,11 @@ class Report:
     @property
     def diagnoses(self) -> list[dict[str, Any]]:
         return [d for _, d in self.ranked()]
+
+    def framework(self, files: Iterable[str] | None = None) -> str | None:
+        """The stack that wrote these files (all files when none are given), from what their lines name."""
+        stacks = self.triage.stacks
+        return framework(set().union(*(stacks.get(f, set()) for f in (stacks if files is None else files))))
 
     def exit_code(self) -> int:
         if self.errors:
@@ -137,6 +148,7 @@ class Report:
         sources += [{"path": e.path, "error": e.reason} for e in self.errors if e.path not in {s.path for s in self.sources}]
         return {
             "version": JSON_VERSION,
+            "framework": self.framework(),
             "sources": sources,
             "diagnoses": self.diagnoses,
             "unrecognized": [_residue(r) for r in self.triage.unrecognized()],
@@ -219,8 +231,10 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             con.print(f"[yellow]errmap:[/] {escape(s.path)}: {escape(s.warning)}")
     ranked = report.ranked()
     residue = report.triage.unrecognized()
-    lines = sum(s.lines for s in report.sources)
-    scanned = ngettext("{n} file, {lines:,} lines", "{n} files, {lines:,} lines", len(report.sources)).format(n=len(report.sources), lines=lines)
+    read = [s for s in report.sources if not s.error]
+    lines = sum(s.lines for s in read)
+    scanned = (ngettext("{n} file", "{n} files", len(read)).format(n=len(read)) + _(", ")
+               + ngettext("{lines:,} line", "{lines:,} lines", lines).format(lines=lines))
     cmd = report.command()
     if cmd and cmd["status"]:
         how = f" (killed by {cmd['signal']}{' after a second Ctrl-C' if cmd.get('killed_by_errmap') else ''})" if "signal" in cmd else ""
@@ -231,7 +245,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
                       "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
                       f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
     if not ranked and not residue and report.errors:
-        con.print(f"[bold red]Nothing diagnosed:[/] {len(report.errors)} input(s) could not be read [dim]({scanned})[/]")
+        n = len(report.errors)
+        also = f" [dim]({scanned} read)[/]" if read else ""
+        con.print(f"[bold red]Nothing diagnosed:[/] {n} input{'s' if n != 1 else ''} could not be read{also}")
         return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
@@ -239,14 +255,27 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
-    heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
-    con.print(f"[bold]{heading}[/] [dim]({scanned}; {_('root cause first')})[/]\n")
+    runs = list(dict.fromkeys(inc.run for inc, _ in tops))
+    stack = f"{STACKS[fw]}; " if len(runs) < 2 and (fw := report.framework()) else ""
+    if tops:
+        heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
+        con.print(f"[bold]{heading}[/] [dim]({stack}{scanned}; {_('root cause first')})[/]\n")
+    else:
+        heading = ngettext("No known cause for {n} error", "No known cause for {n} errors", len(residue)).format(n=len(residue))
+        con.print(f"[bold]{heading}[/] [dim]({stack}{scanned})[/]\n")
     shown: dict[int, int] = {}
     for n, (inc, d) in enumerate(tops, 1):
         shown[d["errno"]] = shown.get(d["errno"], 0) + 1
         if shown[d["errno"]] > SHOWN_PER_CODE and not verbose:
             continue
-        print_diagnosis(con, d, n, brief=summary or (n > 1 and not verbose), verbose=verbose)
+        opens = n == 1 or inc.run != tops[n - 2][0].run
+        if len(runs) > 1 and opens:
+            files = [s.path for s in report.sources if s.run == inc.run]
+            what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), files[0] if files else "",
+                                         f"and {len(files) - 1} more file{'s' if len(files) > 2 else ''}" if len(files) > 1 else "") if x)
+            run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
+            con.print(f"[bold]{run}[/] [dim]({escape(what)})[/]")
+        print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)
         con.print()
     for errno, k in shown.items():

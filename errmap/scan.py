@@ -78,7 +78,7 @@ def jobs(requested: int | None = None) -> int:
 
 
 def scan(matcher: Matcher, sources: list[Source], errors: list[InputError], n_jobs: int | None = None) -> Report:
-    triage = Triage()
+    triage = Triage(runs={s.path: s.run for s in sources})
     n = jobs(n_jobs)
     sizes = [_plain_size(s.path) for s in sources]
     if n > 1 and sum(x or 0 for x in sizes) >= PARALLEL_MIN and "fork" in multiprocessing.get_all_start_methods():

@@ -78,6 +78,26 @@ class Anchor(BaseModel):
         return set(self.compiled.groupindex)
 
 
+# The software stacks a fix step or link can be for (errmap.kb.STACKS names them); none means general.
+Stack = Literal["verl", "trl", "openrlhf", "llamafactory", "deepspeed", "serving", "pytorch"]
+
+
+class Step(BaseModel):
+    """One fix step: its text and the stack(s) it is for; without `stack` it is general."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str = Field(min_length=3)
+    stack: list[Stack] = Field(default_factory=list, description="the stack(s) this step is for; none: any run")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_text(cls, value: object) -> object:
+        return {"text": value} if isinstance(value, str) else value  # a plain string is a general step
+
+    _one_stack = field_validator("stack", mode="before")(lambda v: [v] if isinstance(v, str) else v)
+
+
 class Link(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -85,6 +105,9 @@ class Link(BaseModel):
     kind: Literal["patch", "docs", "issue", "release"]
     title: str = Field(min_length=3)
     fixed_in: str | None = Field(default=None, description="release that fixed it, where known")
+    stack: list[Stack] = Field(default_factory=list, description="the stack(s) this link is for; none: any run")
+
+    _one_stack = field_validator("stack", mode="before")(lambda v: [v] if isinstance(v, str) else v)
 
 
 class Check(BaseModel):
@@ -126,7 +149,7 @@ class Entry(BaseModel):
     anchors: list[Anchor] = Field(min_length=1)
     key: list[str] = Field(default_factory=list, description="captures that tell two incidents apart")
     cause: str = Field(min_length=10)
-    fix: list[str] = Field(min_length=1)
+    fix: list[Step] = Field(min_length=1)
     links: list[Link] = Field(default_factory=list, description="required for 1001-1048 (errmap.kb), optional for your own")
     probes: list[str] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
@@ -144,7 +167,7 @@ class Entry(BaseModel):
         for k in self.key:
             if k not in names:
                 raise ValueError(f"key {k!r} is not a capture of any anchor")
-        for text in [self.cause, *self.fix]:
+        for text in [self.cause, *(s.text for s in self.fix)]:
             for name in PLACEHOLDER.findall(text):
                 if name not in names:
                     raise ValueError(f"placeholder {{{name}}} is not a capture of any anchor")

@@ -22,6 +22,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from errmap.runs import name_runs, run_of
+
 CHUNK = 1 << 20
 
 # First bytes of each compression errmap reads, and of archives it does not open.
@@ -52,6 +54,7 @@ class Source:
     lines: int = 0
     warning: str | None = None
     error: str | None = None
+    run: str = ""  # the run it is a log of (runs.py); one key for the files of one run
 
     def chunks(self) -> Iterator[bytes]:
         """Byte chunks of this source; raises InputError when it cannot be opened."""
@@ -312,26 +315,27 @@ def expand(paths: list[str]) -> Expanded:
     out = Expanded()
     seen: set[tuple[int, int]] = set()
 
-    def add_found(files: list[str]) -> None:
+    def add_found(files: list[str], given: str) -> None:
         for f in sorted(files):
             ident = _file_id(f)
             if ident is not None and ident not in seen:
                 seen.add(ident)
-                out.sources.append(Source(f))
+                out.sources.append(Source(f, run=run_of(f, given)))
 
     for p in paths:
         if p == "-":
             out.sources.append(Source("-"))
         elif os.path.isdir(p):
             before = len(out.sources)
-            add_found(list(_walk(p, out.errors)))
+            add_found(list(_walk(p, out.errors)), p)
             if len(out.sources) == before and not out.errors:
                 out.errors.append(InputError(p, "directory holds no files"))
         elif not os.path.lexists(p) and glob.has_magic(p):
             before = len(out.sources)
-            add_found(_glob(p, out.errors))
+            add_found(_glob(p, out.errors), p)
             if len(out.sources) == before:
                 out.errors.append(InputError(p, "no file matches this pattern"))
         else:
-            out.sources.append(Source(p))
+            out.sources.append(Source(p, run=run_of(p)))
+    name_runs(out.sources)
     return out

@@ -121,16 +121,21 @@ def localize(entry, text: Text | None):
     )
 
 
-def for_json(entry, text: Text | None, captures: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """The Chinese text of a diagnosis or an entry as a JSON field of its own (None without one)."""
+def for_json(entry, text: Text | None, captures: dict[str, str] | None = None, stack: str | None = None,
+             diagnosis: bool = False) -> dict[str, Any] | None:
+    """The Chinese text of a diagnosis or an entry as a JSON field of its own (None without one); a
+    diagnosis's steps are those of its run's stack, in the order of the English `fix`."""
     if text is None:
         return None
+    from errmap.stack import fitting
+
     zh = localize(entry, text)
+    steps = fitting(zh.fix, stack) if diagnosis else zh.fix
     return {
         "title": zh.title,
         "summary": zh.summary,
         "cause": zh.fill(zh.cause, captures),
-        "fix": [zh.fill(s, captures) for s in _fix_texts(zh.fix)],
+        "fix": [zh.fill(s, captures) for s in _fix_texts(steps)],
     }
 
 

@@ -2,7 +2,8 @@
 
 The same error from eight ranks is one incident with eight sources. A consequence code (NCCL
 watchdog timeout, dead Ray actor, torchrun ChildFailedError) ranks below every root code and is
-folded under the root cause that the KB says can cause it.
+folded under the root cause that the KB says can cause it, found in the same run: files of separate
+runs (runs.py) never share an incident or a cause.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import regex
 
 from errmap.kb import Entry
 from errmap.lines import Line
-from errmap.matcher import Event, Match, Unrecognized
+from errmap.matcher import Event, Match, Named, Unrecognized
 
 MAX_EVIDENCE = 5
 # What a triage keeps is bounded whatever the log holds; what it drops it counts.
@@ -38,7 +39,7 @@ def _kept(line: Line) -> Line:
 @dataclass
 class Incident:
     entry: Entry
-    fingerprint: tuple
+    fingerprint: tuple  # (run, errno, key captures...)
     captures: dict[str, str]
     order: int  # position of the first match among all events: earlier is more likely the cause
     evidence: list[Line] = field(default_factory=list)
@@ -49,6 +50,10 @@ class Incident:
     files: dict[str, None] = field(default_factory=dict)  # in order of appearance
     cause: Incident | None = None  # for a consequence: the root incident it is folded under
     consequences: list[Incident] = field(default_factory=list)
+
+    @property
+    def run(self) -> str:
+        return self.fingerprint[0]
 
     @property
     def first(self) -> Line:
@@ -84,11 +89,16 @@ class Triage:
     residue: dict[tuple, Residue] = field(default_factory=dict)
     more: dict[int, int] = field(default_factory=dict)  # errno -> lines of incidents past MAX_PER_CODE
     more_residue: int = 0  # lines of unrecognized records past MAX_RESIDUE
+    stacks: dict[str, set[str]] = field(default_factory=dict)  # file -> the stacks its lines name
+    runs: dict[str, str] = field(default_factory=dict)  # file -> its run (Source.run); absent: run ""
     _per_code: dict[int, int] = field(default_factory=dict)
     _events: int = 0
 
     def add(self, event: Event) -> Incident | Residue | None:
         """Record one event; return the incident or residue if this event opened it."""
+        if isinstance(event, Named):
+            self.stacks.setdefault(event.line.path, set()).add(event.stack)
+            return None
         self._events += 1
         if isinstance(event, Unrecognized):
             key = (event.type[:200], _NUMBERS.sub("N", event.message[:200]))
@@ -108,7 +118,7 @@ class Triage:
     def _add_match(self, m: Match) -> Incident | None:
         e = m.entry
         caps = {k: clip(v) for k, v in m.captures.items()}
-        fp = (e.errno, *(caps.get(k) for k in e.key))
+        fp = (self.runs.get(m.line.path, ""), e.errno, *(caps.get(k) for k in e.key))
         inc = self.incidents.get(fp)
         fresh = inc is None
         if inc is None:
@@ -133,22 +143,26 @@ class Triage:
         incidents = sorted(self.incidents.values(), key=lambda i: i.order)
         for inc in incidents:
             inc.cause, inc.consequences = None, []
-        roots: dict[int, list[Incident]] = {}  # errno -> its root incidents, earliest first
+        roots: dict[tuple, list[Incident]] = {}  # (run, errno) -> its root incidents, earliest first
         for inc in incidents:
             if inc.entry.role == "root":
-                roots.setdefault(inc.entry.errno, []).append(inc)
+                roots.setdefault((inc.run, inc.entry.errno), []).append(inc)
         for inc in incidents:
-            causes = (next((r for r in roots.get(c, ()) if not _under(r, inc)), None) for c in inc.entry.caused_by)
+            causes = (next((r for r in roots.get((inc.run, c), ()) if not _under(r, inc)), None) for c in inc.entry.caused_by)
             cause = min((r for r in causes if r is not None), key=lambda r: r.order, default=None)
             if cause is not None:
                 inc.cause = cause
                 cause.consequences.append(inc)
         # A failure known only from a traceback's frames (its message line cut) ranks after failures
         # whose message was read, one printed only inside INFO/WARNING records (a skipped step) after
-        # failures printed as errors; otherwise the earliest comes first.
+        # failures printed as errors; otherwise the earliest comes first. Runs come in the order of their first
+        # incident, each with its own.
+        first: dict[str, int] = {}
+        for inc in incidents:
+            first.setdefault(inc.run, len(first))
         top = sorted((i for i in incidents if i.entry.role == "root" and i.cause is None),
-                     key=lambda i: (all(x.frame for x in i.evidence), all(x.quiet for x in i.evidence), i.order))
-        loose = [i for i in incidents if i.entry.role == "consequence" and i.cause is None]
+                     key=lambda i: (first[i.run], all(x.frame for x in i.evidence), all(x.quiet for x in i.evidence), i.order))
+        loose = sorted((i for i in incidents if i.entry.role == "consequence" and i.cause is None), key=lambda i: first[i.run])
         return [x for r in top for x in (r, *_descendants(r))] + loose
 
     def unrecognized(self) -> list[Residue]:

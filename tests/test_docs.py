@@ -336,7 +336,8 @@ def test_nav_titles_are_escaped(kb):
     from errmap.kb import Entry
 
     data = yaml.safe_load(HOSTILE_ENTRY)
-    entry = Entry.from_dict({**data, "anchors": [dict(data["anchors"][0], unless=None, frame=None)], "links": []})
+    entry = Entry.from_dict({**data, "anchors": [dict(data["anchors"][0], unless=None, frame=None)],
+                            "fix": [{"text": s} for s in data["fix"]], "links": []})
     (group,) = [g for g in docs.nav([entry]) if isinstance(g, dict) and "Home" not in g and "Error codes" not in g]
     (name, items), = group.items()
     assert "<" not in name and html.unescape(name) == data["group"]

@@ -109,10 +109,12 @@ def test_enough_clean_logs():
 
 def test_prefilter_literals_are_rare_in_healthy_logs(matcher):
     """Stage two runs only on lines holding a literal; a literal every healthy step line holds
-    (a metric name, an INFO banner) would make every scan slow. Generic failure words excluded."""
+    (a metric name, an INFO banner) would make every scan slow. Generic failure words excluded, and the
+    stack's names (a set lookup per line, no decoding, no pattern)."""
     from errmap.matcher import FRAME_LITERAL, GENERIC_LITERALS, TRACEBACK_LITERAL
+    from errmap.stack import LITERALS
 
-    generic = {lit.encode() for lit in GENERIC_LITERALS} | {FRAME_LITERAL, TRACEBACK_LITERAL}
+    generic = {lit.encode() for lit in GENERIC_LITERALS} | {FRAME_LITERAL, TRACEBACK_LITERAL, *LITERALS}
     lines = candidates = 0
     for log in CLEAN_LOGS:
         data = log.read_bytes()
@@ -122,3 +124,50 @@ def test_prefilter_literals_are_rare_in_healthy_logs(matcher):
         }
         candidates += len(starts)
     assert candidates <= 0.02 * lines, f"{candidates} of {lines} healthy lines reach stage two"
+
+
+# ---------------------------------------------------------------- fix steps and links by stack
+
+USER_ENTRY = """\
+errno: 9101
+slug: stack-test
+title: a stack test
+group: test
+role: root
+summary: an entry to test fix steps by stack
+anchors:
+  - {literal: "boom", regex: "boom (?P<n>\\\\d+)", source: "test"}
+cause: "a cause for the test"
+fix:
+  - "a plain string is a general step"
+  - text: "TRL: lower it"
+    stack: trl
+  - text: "for two stacks"
+    stack: [verl, openrlhf]
+links:
+  - {url: "https://example.org/x", kind: docs, title: "docs", stack: pytorch}
+"""
+
+
+def test_fix_steps_and_links_carry_their_stacks(tmp_path):
+    path = tmp_path / "9101-stack-test.yaml"
+    path.write_text(USER_ENTRY)
+    e = kbmod.load_entry(path, kbmod.USER_RANGE)
+    assert [(s.text, s.stack) for s in e.fix] == [
+        ("a plain string is a general step", ()), ("TRL: lower it", ("trl",)), ("for two stacks", ("verl", "openrlhf"))]
+    assert e.links[0].stack == ("pytorch",)
+    assert kbmod.Entry.from_dict(e.to_dict()) == e  # the cache round trip keeps them
+
+
+def test_an_unknown_stack_is_named_with_its_line(tmp_path):
+    path = tmp_path / "9101-stack-test.yaml"
+    path.write_text(USER_ENTRY.replace("stack: trl", "stack: trll"))
+    with pytest.raises(kbmod.KBError) as err:
+        kbmod.load_entry(path, kbmod.USER_RANGE)
+    assert f"{path}:13: fix.1.stack.0: Input should be 'verl'" in str(err.value), err.value
+
+
+def test_every_stack_has_a_name():
+    from errmap import schema
+
+    assert set(schema.Stack.__args__) == set(kbmod.STACKS)

@@ -1,0 +1,140 @@
+"""The stack that wrote a log, read from the log, and the fix steps shown for it (real CLI runs)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import ROOT, errmap, scan_json
+
+from errmap.stack import fitting, framework, in_frame
+
+FIX = ROOT / "fixtures"
+
+# A TRL GRPO step on a dataset without a `prompt` column: the frame shape of the 1033 anchor's frame rule
+# (trl/trainer/grpo_trainer.py, _generate_and_score_completions reads x["prompt"]), in a venv named verl.
+TRL_KEYERROR = """\
+Traceback (most recent call last):
+  File "/home/u/train_grpo.py", line 30, in <module>
+    trainer.train()
+  File "/opt/venvs/verl/lib/python3.11/site-packages/transformers/trainer.py", line 2245, in train
+    return inner_training_loop(
+  File "/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_trainer.py", line 1400, in _generate_and_score_completions
+    prompts = [x["prompt"] for x in inputs]
+KeyError: 'prompt'
+"""
+
+
+def test_frame_paths_name_the_innermost_installed_package():
+    assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_config.py") == "trl"
+    assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/transformers/hf_argparser.py") is None
+    assert in_frame("/home/u/verl/verl/trainer/main_ppo.py") == "verl"
+    assert in_frame("/x/site-packages/transformers/trainer.py") == "pytorch"
+    assert in_frame("/x/site-packages/torchvision/io.py") is None
+    assert framework({"pytorch", "serving", "verl"}) == "verl" and framework({"pytorch", "trl"}) == "trl"
+    assert framework(set()) is None
+
+
+def test_trl_keyerror_shows_trl_steps_and_no_verl_step(tmp_path):
+    log = tmp_path / "grpo.log"
+    log.write_text(TRL_KEYERROR)
+    out = scan_json(log)
+    (d,) = out["diagnoses"]
+    assert d["errno"] == 1033 and out["framework"] == d["framework"] == "trl"
+    assert d["fix"][0].startswith("TRL"), d["fix"]
+    assert not any("verl" in s or "actor_rollout_ref" in s for s in d["fix"]), d["fix"]
+    assert all("verl" not in link.get("stack", []) for link in d["links"])
+    text = errmap("scan", str(log)).stdout.decode()
+    assert "1 diagnosis (TRL; 1 file," in text and "\n     1. TRL" in text, text
+
+
+def test_trl_recording_shows_trl_steps_first():
+    out = scan_json(FIX / "1039" / "trl-grpo-generation-batch.log")
+    (d,) = out["diagnoses"]
+    assert out["framework"] == "trl" and d["fix"][0].startswith("TRL GRPO")
+    assert not any(s.startswith("verl") for s in d["fix"]), d["fix"]
+
+
+def test_plain_pytorch_oom_shows_pytorch_steps_first():
+    out = scan_json(FIX / "1017" / "gpu-training-loop-backward.log")
+    d = out["diagnoses"][0]
+    assert d["errno"] == 1017 and out["framework"] == "pytorch"
+    assert d["fix"][0].startswith("Plain PyTorch / HF Trainer"), d["fix"]
+    assert not any(s.startswith("verl") for s in d["fix"])
+
+
+def test_verl_log_keeps_verl_keys_first():
+    out = scan_json(FIX / "1033" / "verl-raw-gsm8k-columns.log")
+    d = out["diagnoses"][0]
+    assert out["framework"] == "verl" and d["errno"] == 1033
+    assert "TRL" not in " ".join(d["fix"])
+
+
+def test_unknown_stack_shows_every_step_in_kb_order(tmp_path, kb):
+    log = tmp_path / "bare.log"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    out = scan_json(log)
+    assert out["framework"] is None
+    assert len(out["diagnoses"][0]["fix"]) == len(kb.get(1017).fix)
+
+
+def test_fitting_orders_own_then_base_then_general(kb):
+    e = kb.get(1017)
+    shown = fitting(e.fix, "trl")
+    assert [s.stack for s in shown][:1] == [("pytorch",)] and all(not s.stack or "pytorch" in s.stack for s in shown)
+
+
+def test_explain_shows_every_step_grouped_by_stack():
+    text = errmap("explain", "1017").stdout.decode()
+    fix = text.split("How to fix", 1)[1].split("Why it happens", 1)[0]
+    assert "Any run" in fix and "\n  verl\n" in fix and "\n  PyTorch / HF Trainer\n" in fix, fix
+    assert "TRL, OpenRLHF" in errmap("explain", "1033").stdout.decode()
+    assert fix.index("Any run") < fix.index("\n  verl\n")
+
+
+# ---------------------------------------------------------------- one run per log
+
+def _roots(out: dict) -> set[tuple]:
+    """(file name, errno, the code it is folded under) of each diagnosis."""
+    return {(d["file"].rsplit("/", 1)[-1], d["errno"], d["caused_by"]) for d in out["diagnoses"]}
+
+
+def test_two_unrelated_logs_are_two_runs_in_either_order():
+    a, b = FIX / "1009" / "deepspeed-bf16-sanity-check.log", FIX / "1047" / "vllm-engine-dead-during-rollout.log"
+    one, two = scan_json(a, b), scan_json(b, a)
+    assert _roots(one) == _roots(two) == {("deepspeed-bf16-sanity-check.log", 1009, None),
+                                          ("vllm-engine-dead-during-rollout.log", 1047, None)}
+    assert {d["run"] for d in one["diagnoses"]} == {str(a), str(b)}
+    text = errmap("scan", str(a), str(b)).stdout.decode()
+    assert "└─ led to" not in text and "Run 1 of 2 (DeepSpeed / accelerate, " in text and "Run 2 of 2 (verl, " in text, text
+
+
+def test_a_folder_and_rank_files_are_one_run(tmp_path):
+    a, b = FIX / "1009" / "deepspeed-bf16-sanity-check.log", FIX / "1047" / "vllm-engine-dead-during-rollout.log"
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "x.log").write_bytes(a.read_bytes())
+    (folder / "y.log").write_bytes(b.read_bytes())
+    out = scan_json(folder)
+    assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "train_rank0.log").write_bytes(a.read_bytes())
+    (ranks / "train_rank1.log").write_bytes(b.read_bytes())
+    out = scan_json(ranks / "train_rank1.log", ranks / "train_rank0.log")
+    assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
+
+
+def test_a_ray_session_is_one_run(tmp_path):
+    logs = tmp_path / "ray" / "session_2026-01-02_03-04-05_1_1" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "worker-a.err").write_bytes((FIX / "1009" / "deepspeed-bf16-sanity-check.log").read_bytes())
+    (logs / "driver.out").write_bytes((FIX / "1047" / "vllm-engine-dead-during-rollout.log").read_bytes())
+    out = scan_json(logs / "driver.out", logs / "worker-a.err")
+    assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
+
+
+def test_one_run_flag_joins_files_given_one_by_one():
+    a, b = FIX / "1009" / "deepspeed-bf16-sanity-check.log", FIX / "1047" / "vllm-engine-dead-during-rollout.log"
+    proc = errmap("scan", "--one-run", "--format", "json", str(b), str(a))
+    out = json.loads(proc.stdout)
+    assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
