@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import sys
@@ -421,7 +420,7 @@ def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
     """List every error code with its title (your own entries too: --kb, ERRMAP_KB_PATH)."""
     kb = _load_kb(kb_dirs, fmt)
     if fmt == "json":
-        click.echo(json.dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb], indent=2))
+        click.echo(formats.dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb]))
         return
     con = _console()
     width = max(len(e.slug) for e in kb)

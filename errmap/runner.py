@@ -43,12 +43,7 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 @dataclass
 class Outcome:
     status: int  # as a shell reports it: 128+N when signal N killed the command
-    signal: int | None = None  # the signal that killed it
     forced: bool = False  # errmap killed it after a second Ctrl-C
-
-    @property
-    def signal_name(self) -> str | None:
-        return signal.Signals(self.signal).name if self.signal else None
 
 
 def silence(fd: int) -> None:
@@ -251,7 +246,7 @@ def run_command(
     feed(triage, scanner.finish(), on_new)
     source.lines = scanner.lineno - (1 if last == b"\n" else 0)
     if status < 0:
-        return Outcome(128 - status, -status, signals.forced)
+        return Outcome(128 - status, signals.forced)
     return Outcome(status)
 
 
