@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from errmap import formats, i18n
+from errmap import formats, i18n, layout
 from errmap import kb as kbmod
 from errmap import prefilter
 from errmap import verify
@@ -28,7 +28,7 @@ EXIT_INPUT = 2
 
 
 def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return layout.console(stderr)
 
 
 def _load_kb(extra: tuple[str, ...], fmt: str = "text") -> kbmod.KB:
@@ -428,9 +428,10 @@ def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
     for e in kb:
         if e.group != group:
             group = e.group
-            con.print(f"\n[bold]{escape(group)}[/]")
+            con.print()
+            layout.block(con, "", f"[bold]{escape(group)}[/]")
         role = "" if e.role == "root" else f"  [dim]({_('consequence')})[/]"
-        con.print(f"  {e.errno}  {e.slug:<{width}}  {escape(e.title)}{role}")
+        layout.block(con, f"  {e.errno}  {e.slug:<{width}}  ", f"{escape(e.title)}{role}")
 
 
 @main.group("kb")
