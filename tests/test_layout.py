@@ -19,6 +19,7 @@ import sys
 import termios
 import time
 
+import pytest
 from rich.cells import cell_len
 
 from conftest import ROOT, errmap
@@ -130,6 +131,15 @@ def test_piped_output_is_80_columns_unless_columns_says_otherwise():
     assert piped("scan", CASCADE, cols=80) == default  # the README's sample is this output
     wide = piped("scan", CASCADE, cols=200)
     assert 80 < max(map(cell_len, wide)) <= 200 and len(wide) < len(default)
+
+
+def test_the_readme_sample_is_the_real_output_at_80_columns():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = f"$ errmap scan {CASCADE}\n"
+    start = readme.index(command) + len(command)
+    if (ROOT / "site").is_dir():
+        pytest.skip("a docs site built in the checkout makes `more:` a link to its pages")
+    assert readme[start:readme.index("```", start)] == "\n".join(piped("scan", CASCADE))
 
 
 def test_json_is_the_same_at_any_width():
