@@ -48,6 +48,11 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width(sys.stderr if stderr else sys.stdout))
 
 
+def _text(markup: str) -> Text:
+    """Markup as rich Text on one line: a tab or a newline of a log or a KB text reads as a space."""
+    return Text.from_markup(markup.replace("\t", " ").replace("\n", " "))
+
+
 def _wide(unit: str) -> bool:
     return len(unit) == 1 and cell_len(unit) == 2
 
@@ -100,19 +105,17 @@ def _cut(text: str, first: int, room: int, lines: int) -> int | None:
     starts = _breaks(text, first, room)
     if len(starts) < lines:
         return None
-    ends = [b for _, b, _ in _atoms(text[: starts[lines - 1]], room)]
-    fits = [b for b in ends if len(_breaks(text[:b] + " " + ELLIPSIS, first, room)) < lines]
-    if not fits:
-        return 0
-    sentences = [b for b in fits if text[b - 1] in _SENTENCE_END]
-    return sentences[-1] if sentences and sentences[-1] >= 3 * fits[-1] // 4 else fits[-1]
+    ends = [b for _, b, _ in reversed(_atoms(text[: starts[lines - 1]], room))]
+    word = next((b for b in ends if len(_breaks(text[:b] + " " + ELLIPSIS, first, room)) < lines), 0)
+    sentence = next((b for b in ends if b <= word and text[b - 1] in _SENTENCE_END), 0)
+    return sentence if sentence >= 3 * word // 4 else word
 
 
 def block(con: Console, lead: str, body: str = "", lines: int | None = None) -> None:
     """Print markup `lead` then markup `body`, wrapped at the console's width, every line after the
     first indented to where the body starts; with `lines`, cut to that many lines with an ellipsis (or
     to nothing when not a word of it fits)."""
-    head, text = Text.from_markup(lead), Text.from_markup(body)
+    head, text = _text(lead), _text(body)
     indent = cell_len(head.plain)
     room = max(con.width - indent, MIN_ROOM)
     first = max(con.width - indent, 0)
@@ -132,6 +135,6 @@ def block(con: Console, lead: str, body: str = "", lines: int | None = None) -> 
 
 def row(con: Console, markup: str) -> None:
     """Print markup as one row, cut with an ellipsis at the console's width."""
-    text = Text.from_markup(markup)
+    text = _text(markup)
     text.truncate(con.width, overflow="ellipsis")
     con.print(text)

@@ -252,8 +252,8 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         block(con, "", f"[bold red]The command failed[/] with status {cmd['status']}{how}{known}.")
         if "likely" in cmd:
             block(con, "   ", f"Likely cause: {LIKELY_SIGKILL} host RAM exhausted (the kernel's OOM killer sends SIGKILL and the "
-                      "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
-                      f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
+                  "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
+                  f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
     if not ranked and not residue and report.errors:
         n = len(report.errors)
         also = f" [dim]({scanned} read)[/]" if read else ""
@@ -299,8 +299,8 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         block(con, "", f"[bold]{label}[/] [dim]({len(residue)})[/]")
         for r in shown:
             count = f" [dim]({_('{n}x').format(n=r.count)})[/]" if r.count > 1 else ""
-            where = f"[cyan]{escape(_where(_evidence(r.first)))}[/]  {escape(r.first.text.strip()[:SHOWN_TEXT])}{count}"
-            block(con, "   ", where) if verbose else row(con, f"   {where}")
+            seen = f"[cyan]{escape(_where(_evidence(r.first)))}[/]{count}  {escape(r.first.text.strip()[:SHOWN_TEXT])}"
+            block(con, "   ", seen) if verbose or not tops else row(con, f"   {seen}")  # one row beside diagnoses
         if len(shown) < len(residue):
             block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(shown))}[/]")
     _print_omitted(con, report.triage)
