@@ -96,7 +96,7 @@ def test_the_1031_cascade_on_an_80x24_terminal():
     assert len(d) <= 24, "\n".join(d)
     steps = steps_of(CASCADE)
     shown = [i for i, line in enumerate(d) if re.match(r"\s+(Fix\s+)?\d\. ", line)]
-    assert len(shown) == 3 < len(steps) and "(1 more step)" in flat(d)
+    assert len(shown) == 3 < len(steps) and f"({len(steps) - 3} more step" in flat(d)
     assert all(flat([step]) in flat(d) for step in steps[:3])
     tokens_whole(steps[:3], d, 80 - 13)
     # Hanging indents: the cause's lines under its text, each step's lines under the text after "1. ".
