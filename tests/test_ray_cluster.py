@@ -82,6 +82,7 @@ def test_root_cause_first_with_its_node_and_the_clean_node_listed(cluster):
     assert nodes[ids["n2"]]["diagnoses"] == 0 and nodes[ids["n1"]]["diagnoses"] >= 1
     # only events travel back, not the logs
     assert all(n["payload_bytes"] < 100_000 for n in nodes.values())
+    assert all(n["scan_s"] >= 0 for n in nodes.values())  # each node's own scan time
 
     text = errmap(cluster, "--ray")
     assert text.returncode == 1
