@@ -86,8 +86,10 @@ class LocalCluster:
                                                start_new_session=True))
             if i == 0:
                 self._wait_for_gcs(timeout)
-        subprocess.run([sys.executable, "-c", _ALIVE, self.address, str(self.nodes), str(timeout)], env=self.env,
-                       check=True, timeout=timeout + 60, capture_output=True)
+        alive = subprocess.run([sys.executable, "-c", _ALIVE, self.address, str(self.nodes), str(timeout)], env=self.env,
+                               timeout=timeout + 60, capture_output=True, text=True)
+        if alive.returncode:
+            raise RuntimeError(f"the cluster at {self.address} did not come up: {alive.stderr[-2000:]}")
 
     def _wait_for_gcs(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
