@@ -321,7 +321,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, report_pat
     kb = _load_kb(kb_dirs, fmt)
     triage = Triage()
     source = Source(log_path or "output")
-    report = Report([source], triage)
+    report = Report([source], triage, exits=kb.exit_causes())
     file_fmt, fmt = fmt, "text" if report_path else fmt
 
     settings = lambda: verify.sniff_file(log_path) if log_path else {}  # noqa: E731

@@ -365,6 +365,11 @@ class KB:
             return self.entries.get(int(text))
         return next((e for e in self.entries.values() if e.slug == text), None)
 
+    def exit_causes(self) -> dict[str, tuple[int, str]]:
+        """signal name -> (errno, what it says): the likely cause of a command that signal ended
+        when its output names none (`exits:` of an entry)."""
+        return {x.signal: (e.errno, x.says) for e in self for x in e.exits}
+
     def __iter__(self):
         return iter(sorted(self.entries.values(), key=lambda e: e.errno))
 
