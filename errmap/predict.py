@@ -85,7 +85,7 @@ class Held:
     """A condition that holds: what it binds for the sentence and the facts it read."""
 
     names: dict[str, str]
-    facts: list[str]
+    facts: list[tuple[str, dict[str, str]]]  # (fact, the captures it was read with)
 
 
 def _target(doc: Setup, c: Condition, path: str | None) -> tuple[bool, Any, str]:
@@ -114,14 +114,14 @@ def _target(doc: Setup, c: Condition, path: str | None) -> tuple[bool, Any, str]
 def holds(doc: Setup, c: Condition, path: str | None = None) -> Held | None:
     """The condition on this setup (a data file's facts for data.*); None when it does not hold or
     cannot be told (an unknown fact never gives a warning)."""
-    read: list[str] = []
+    read: list[tuple[str, dict[str, str]]] = []
     if c.setting is not None:
         subject, subject_shown = setting(doc, c.setting)
     else:
         f = doc.fact(c.fact, c.captures, path)
         if f is None or not f.known:
             return None
-        read.append(c.fact)
+        read.append((c.fact, c.captures))
         subject = _pick(f.value, c.field)
         subject_shown = shown(subject)
     has_target = c.value is not None or c.against is not None or c.against_setting is not None
@@ -129,7 +129,7 @@ def holds(doc: Setup, c: Condition, path: str | None = None) -> Held | None:
     if not known:
         return None
     if c.against:
-        read.append(c.against)
+        read.append((c.against, {}))
     if c.part == "major":
         subject, target = _major(subject), _major(target)
     op = c.op
@@ -265,10 +265,12 @@ def scope(p: Prediction) -> str:
     return "machine"
 
 
-def _attach(doc: Setup, names: list[str], path: str | None) -> dict[str, Any]:
+def _attach(doc: Setup, names: list[str], read: list[tuple[str, dict[str, str]]], path: str | None) -> dict[str, Any]:
+    """The facts a warning shows, read as its conditions read them (with their captures)."""
+    how = {n: caps for n, caps in reversed(read)}
     out = {}
     for n in dict.fromkeys(names):
-        f = doc.fact(n, {}, path)
+        f = doc.fact(n, how.get(n, {}), path)
         if f is not None:
             out[n] = f.to_json()
     return out
@@ -277,17 +279,17 @@ def _attach(doc: Setup, names: list[str], path: str | None) -> dict[str, Any]:
 def _one(doc: Setup, e: Entry, p: Prediction, path: str | None) -> list[Warning_]:
     about = path if path is not None else doc.model if scope(p) == "model" else None
     if p.mechanism:
-        return [Warning_(e.errno, _fill(p.says[case], names), _attach(doc, list(p.show), path))
+        return [Warning_(e.errno, _fill(p.says[case], names), _attach(doc, list(p.show), [], path))
                 for case, names in MECHANISMS[p.mechanism].fn(doc, p.params)]
     names = {"file": path or "", "model": doc.model or ""}
-    read: list[str] = []
+    read: list[tuple[str, dict[str, str]]] = []
     for c in p.when:  # in order: a later condition's fact is read only when the earlier ones hold
         held = holds(doc, c, path)
         if held is None:
             return []
         names.update(held.names)
         read += held.facts
-    return [Warning_(e.errno, _fill(p.says, names), _attach(doc, list(p.show) or read, path), about)]
+    return [Warning_(e.errno, _fill(p.says, names), _attach(doc, list(p.show) or [n for n, _ in read], read, path), about)]
 
 
 def predict(doc: Setup, kb: KB) -> list[Warning_]:
