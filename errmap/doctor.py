@@ -3,8 +3,8 @@ print an environment block to paste into an issue, and warn about the codes this
 
 What it warns about is KB data (`predicts:` in each entry, evaluated by errmap/predict.py); this
 module reads the facts and settings. Settings come from the overrides given after `--`
-(verl/Hydra style, `key=value`); a setting left out takes verl's default from
-verl/trainer/config/ppo_trainer.yaml, and the warning says so.
+(verl/Hydra style, `key=value`); a setting left out takes verl's default (kb/verl-defaults.yaml),
+and the warning says so.
 """
 
 from __future__ import annotations
@@ -23,25 +23,6 @@ from errmap.probes import PROBES, registry
 from errmap.probes.base import Context, Fact, run
 from errmap.probes.config import all_files, parse_overrides
 
-# verl defaults (verl/trainer/config/ppo_trainer.yaml) used when the overrides leave a key out
-VERL_DEFAULTS = {
-    "data.prompt_key": "prompt",
-    "data.reward_fn_key": "data_source",
-    "data.max_prompt_length": "512",
-    "data.max_response_length": "512",
-    "actor_rollout_ref.rollout.max_num_batched_tokens": "8192",
-    "actor_rollout_ref.rollout.enable_chunked_prefill": "true",
-    "actor_rollout_ref.rollout.dtype": "bfloat16",
-    "trainer.n_gpus_per_node": "8",
-    "trainer.nnodes": "1",
-    "data.train_batch_size": "1024",
-    "actor_rollout_ref.actor.ppo_mini_batch_size": "256",  # verl/trainer/config/actor/actor.yaml
-    "actor_rollout_ref.actor.strategy": "fsdp",
-    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "1",
-    "actor_rollout_ref.rollout.n": "1",
-    # verl/workers/fsdp_workers.py: override_model_config.get("attn_implementation", "flash_attention_2")
-    "actor_rollout_ref.model.override_config.attn_implementation": "flash_attention_2",
-}
 MACHINE_ORDER = [
     "gpu.count", "gpu.names", "gpu.capability", "gpu.bf16", "gpu.memory", "gpu.shared_memory", "gpu.processes",
     "env.cuda_visible_devices", "driver.version", "driver.cuda_version", "torch.version", "torch.cuda_version",
@@ -73,7 +54,7 @@ class Doctor:
         for k in (key, "+" + key, "++" + key):
             if k in self.config:
                 return self.config[k], True
-        return VERL_DEFAULTS.get(key), False
+        return predictions.verl_defaults().get(key), False
 
     def run_probes(self) -> None:
         ctx = Context(config=self.config, model=self.model)

@@ -402,6 +402,7 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
 
     problems = []
     slugs: dict[str, int] = {}
+    signals: dict[str, int] = {}
     for e in entries.values():
         where = f"{e.errno}-{e.slug}"
         if e.slug in slugs:
@@ -413,6 +414,10 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
         for name in [*e.probes, *(c.probe for c in e.checks), *(c.against for c in e.checks if c.against)]:
             if name not in PROBES:
                 problems.append(f"{where}: unknown probe {name!r}")
+        for x in e.exits:
+            if x.signal in signals:
+                problems.append(f"{where}: {x.signal} is already the exit cause of {signals[x.signal]}")
+            signals[x.signal] = e.errno
     return problems
 
 

@@ -226,6 +226,43 @@ def verl_keys() -> tuple[list[str], set[str], str]:
     return known, free, version[1] if version else "unknown"
 
 
+DEFAULTS_FILE = "verl-defaults.yaml"  # in kb/: verl's defaults of the settings predictions read
+
+
+def read_defaults(path: Path) -> tuple[dict[str, str], list[str]]:
+    """(setting -> verl's default, as an override writes it; problems as file:line)."""
+    import yaml
+
+    from errmap.kb import _line_map, _Loader
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=_Loader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        return {}, [f"{path}:1: cannot read: {exc}"]
+    defaults = data.get("defaults") if isinstance(data, dict) else None
+    if not isinstance(defaults, dict):
+        return {}, [f"{path}:1: expected `defaults:`, a mapping of setting to value"]
+    lines = _line_map(yaml.compose(text, Loader=_Loader))
+    out, problems = {}, []
+    for key, value in defaults.items():
+        where = f"{path}:{lines.get(('defaults', key), 1)}"
+        if not isinstance(key, str) or not is_verl_key(key):
+            problems.append(f"{where}: {key!r} is not a key of verl's PPO trainer config")
+        elif isinstance(value, (dict, list)):
+            problems.append(f"{where}: {key}: a default is one value")
+        else:
+            out[key] = str(value)
+    return out, problems
+
+
+@cache
+def verl_defaults() -> dict[str, str]:
+    from errmap.kb import official_dir
+
+    return read_defaults(official_dir() / DEFAULTS_FILE)[0]
+
+
 def is_verl_key(key: str) -> bool:
     known, free, _ = verl_keys()
     parts = key.split(".")

@@ -259,8 +259,17 @@ class ExitCause(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    signal: str = Field(pattern=r"^SIG[A-Z0-9]+$")
+    signal: str = Field(description="a signal's name: SIGKILL, SIGTERM, ...")
     says: str = Field(min_length=3, description="the likely cause and how to confirm it")
+
+    @field_validator("signal")
+    @classmethod
+    def _a_signal(cls, value: str) -> str:
+        import signal
+
+        if value not in signal.Signals.__members__:
+            raise ValueError(f"{value!r} is not a signal of this system (SIGKILL, SIGTERM, ...)")
+        return value
 
 
 class Entry(BaseModel):

@@ -164,3 +164,15 @@ def test_exits_name_the_likely_cause_of_a_signal(tmp_path):
     assert "Likely cause: 9001 our scheduler preempted the job; see its log" in err
     proc = errmap("run", "--format", "json", "--kb", str(folder), "--", "bash", "-c", "kill -TERM $$", timeout=60)
     assert json.loads(proc.stderr)["command"] == {"status": 143, "signal": "SIGTERM", "likely": 9001}
+
+
+def test_verl_defaults_are_kb_data_checked_with_file_and_line(tmp_path):
+    from errmap.predict import read_defaults, verl_defaults
+
+    assert verl_defaults()["trainer.n_gpus_per_node"] == "8" and verl_defaults()["data.max_prompt_length"] == "512"
+    bad = tmp_path / "verl-defaults.yaml"
+    bad.write_text("defaults:\n  data.max_prompt_length: 512\n  trainer.n_gpu_per_node: 8\n  data.train_files: [a, b]\n")
+    found, problems = read_defaults(bad)
+    assert found == {"data.max_prompt_length": "512"}
+    assert problems == [f"{bad}:3: 'trainer.n_gpu_per_node' is not a key of verl's PPO trainer config",
+                        f"{bad}:4: data.train_files: a default is one value"]
