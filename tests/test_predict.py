@@ -116,8 +116,8 @@ def test_a_chinese_sidecar_must_translate_every_prediction(tmp_path):
     assert "predicts has 1 sentences, the English predictions 2" in errmap("kb", "check", "--kb", str(folder)).stdout.decode()
     side.write_text(head + "predicts:\n  - '{file} 没有我们的奖励函数读取的列 {missing}'\n  - 'trainer.total_epochs={epochs} 超过了集群的作业上限'\n",
                     encoding="utf-8")
-    proc = errmap("kb", "check", "--kb", str(folder))
-    assert proc.returncode == 0, proc.stdout.decode()
+    out = errmap("kb", "check", "--kb", str(folder)).stdout.decode()
+    assert str(folder) not in out and "9001" not in out, out  # (the official KB's own check is test_kb's)
     zh = errmap("explain", "9001", "--kb", str(folder), "--lang", "zh").stdout.decode()
     assert "运行前检查（errmap doctor）" in zh and "trainer.total_epochs=<epochs> 超过了集群的作业上限" in zh
 
