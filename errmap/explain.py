@@ -169,8 +169,7 @@ def condition_text(c) -> str:
 
 def doctor_lines(e: Entry) -> list[tuple[str, list[str]]]:
     """What `errmap doctor` checks for this code before a run: (the test, the sentences it may say,
-    with their {placeholders}) for each prediction."""
-    from errmap.predict import MECHANISMS
+    with their {placeholders}) for each prediction: its conditions, or its mechanism with the parameters."""
 
     out = []
     for p in e.predicts:
@@ -181,8 +180,7 @@ def doctor_lines(e: Entry) -> list[tuple[str, list[str]]]:
                 shown.append(condition_text(c))
             tested.append((c.fact, c.captures))
         if p.mechanism:
-            m = MECHANISMS.get(p.mechanism)
-            test = p.mechanism + (f": {', '.join(str(p.params[k]) for k in m.settings)}" if m and m.settings else "")
+            test = f"{p.mechanism}({', '.join(f'{k}={_shown(v)}' for k, v in p.params.items())})"
         else:
             test = ", ".join(shown)
         out.append((test, p.sentences))

@@ -38,6 +38,7 @@ class Setup(Protocol):
     data_facts: dict[str, dict[str, Fact]]
     model: str | None
     model_facts: dict[str, Fact]
+    typed: list[str]  # the override keys as typed, without those a `+` adds on purpose
 
     def setting(self, key: str) -> tuple[str | None, bool]: ...
 
@@ -178,10 +179,13 @@ class Mechanism:
     """A rule that is no plain comparison: fn(setup, params) yields (case, names) per warning."""
 
     fn: Callable[[Setup, dict[str, Any]], Iterator[tuple[str, dict[str, str]]]]
-    params: tuple[str, ...]  # the parameters the KB gives it
-    settings: tuple[str, ...]  # those of them that name a training setting
+    params: dict[str, str]  # the parameters the KB gives it: name -> "setting" (a verl key), "number" or "list"
     cases: tuple[str, ...]  # the cases it says something for
     names: tuple[str, ...]  # the {names} its sentences may use
+
+    @property
+    def settings(self) -> list[str]:
+        return [k for k, kind in self.params.items() if kind == "setting"]
 
 
 def verl_batch(doc: Setup, p: dict[str, Any]) -> Iterator[tuple[str, dict[str, str]]]:
@@ -272,7 +276,7 @@ def is_verl_key(key: str) -> bool:
 def misspelt_key(doc: Setup, p: dict[str, Any]) -> Iterator[tuple[str, dict[str, str]]]:
     """An override key verl's config does not have, when a key it has is that key misspelt."""
     known, _, version = verl_keys()
-    for key in getattr(doc, "typed", []):
+    for key in doc.typed:
         if is_verl_key(key):
             continue
         close = difflib.get_close_matches(key, known, n=1, cutoff=float(p["cutoff"]))
@@ -282,10 +286,10 @@ def misspelt_key(doc: Setup, p: dict[str, Any]) -> Iterator[tuple[str, dict[str,
 
 _BATCH_KEYS = ("strategy", "train", "mini", "n", "gpus_per_node", "nodes", "sp", "micro")
 MECHANISMS = {
-    "verl_batch": Mechanism(verl_batch, (*_BATCH_KEYS, "strategies"), _BATCH_KEYS,
+    "verl_batch": Mechanism(verl_batch, {**dict.fromkeys(_BATCH_KEYS, "setting"), "strategies": "list"},
                             ("indivisible", "below_mini", "no_rows_per_gpu", "micro_indivisible"),
                             (*_BATCH_KEYS, "real", "gpus", "ranks", "per_gpu")),
-    "misspelt_key": Mechanism(misspelt_key, ("cutoff",), (), ("did_you_mean",), ("key", "close", "version")),
+    "misspelt_key": Mechanism(misspelt_key, {"cutoff": "number"}, ("did_you_mean",), ("key", "close", "version")),
 }
 
 

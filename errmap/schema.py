@@ -238,9 +238,14 @@ class Prediction(BaseModel):
                 raise ValueError(f"mechanism {self.mechanism} takes no params {', '.join(extra)}")
             if set(self.says) != set(m.cases):
                 raise ValueError(f"mechanism {self.mechanism} says one sentence for each of its cases: {', '.join(m.cases)}")
-            for key in m.settings:
-                if not is_verl_key(str(self.params[key])):
-                    raise ValueError(f"params.{key}: {self.params[key]!r} is not a key of verl's PPO trainer config")
+            for key, kind in m.params.items():
+                value = self.params[key]
+                if kind == "setting" and not (isinstance(value, str) and is_verl_key(value)):
+                    raise ValueError(f"params.{key}: {value!r} is not a key of verl's PPO trainer config")
+                if kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    raise ValueError(f"params.{key}: {value!r} is not a number")
+                if kind == "list" and not isinstance(value, list):
+                    raise ValueError(f"params.{key}: {value!r} is not a list")
             for text in self.says.values():
                 for n in PLACEHOLDER.findall(text):
                     if n not in m.names:

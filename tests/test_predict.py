@@ -102,6 +102,9 @@ def test_kb_check_knows_the_mechanisms_and_their_cases(tmp_path):
                                        "    says: {did_you_mean: '{key} is close to {nearest}'}\n")
     out = errmap("kb", "check", "--kb", str(folder)).stdout.decode()
     assert "placeholder {nearest} is not one mechanism misspelt_key fills" in out
+    folder = user_kb(tmp_path, ENTRY + "predicts:\n  - mechanism: misspelt_key\n    params: {cutoff: close}\n"
+                                       "    says: {did_you_mean: '{key} is close to {close}'}\n")
+    assert "params.cutoff: 'close' is not a number" in errmap("kb", "check", "--kb", str(folder)).stdout.decode()
 
 
 def test_a_chinese_sidecar_must_translate_every_prediction(tmp_path):
