@@ -54,7 +54,7 @@ def _code(value: str) -> str:
     """Code; a long name may break after . _ = / so that it wraps on a phone."""
     body = text(value)
     if len(value) > 24:
-        body = re.sub(r"(\.|&#95;|=|/)", r"\1<wbr>", body)
+        body = re.sub(r"(\.|&#95;|(?<![=!;])=(?!=)|/)", r"\1<wbr>", body)  # never inside ==, <=, >=, !=
     return f"<code>{body}</code>"
 
 
