@@ -329,7 +329,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
     kb = _load_kb(kb_dirs, fmt)
     triage = Triage()
     source = Source(log_path or "output")
-    report = Report([source], triage)
+    report = Report([source], triage, exits=kb.exit_causes())
     file_fmt, fmt = fmt, "text" if report_path else fmt
 
     settings = lambda: verify.sniff_file(log_path) if log_path else {}  # noqa: E731
@@ -399,8 +399,9 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
 @click.option("--model", "model_dir", type=click.Path(), metavar="DIR",
               help="The model folder (else actor_rollout_ref.model.path after --).")
 @format_option()
+@kb_option
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINING OVERRIDES...]")
-def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrides: tuple[str, ...]) -> None:
+def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs: tuple[str, ...], overrides: tuple[str, ...]) -> None:
     """Check this machine, data and model before a run; warn about the codes it will hit.
 
     errmap doctor --data train.parquet -- trainer.n_gpus_per_node=8 data.max_prompt_length=4096
@@ -409,11 +410,8 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, overrid
     """
     from errmap.doctor import diagnose_setup, print_doctor
 
-    try:  # the KB only names the codes here: a broken KB must not stop the checks
-        kb = kbmod.load()
-    except kbmod.KBError:
-        kb = None
-    doc = diagnose_setup(list(data_files), model_dir, list(overrides))
+    kb = _load_kb(kb_dirs, "json")  # the KB's predictions (yours too: --kb), in English like the rest of doctor
+    doc = diagnose_setup(list(data_files), model_dir, list(overrides), kb)
     if fmt == "json":
         click.echo(formats.dumps(doc.to_json(kb)))
     else:

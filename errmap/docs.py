@@ -54,7 +54,7 @@ def _code(value: str) -> str:
     """Code; a long name may break after . _ = / so that it wraps on a phone."""
     body = text(value)
     if len(value) > 24:
-        body = re.sub(r"(\.|&#95;|=|/)", r"\1<wbr>", body)
+        body = re.sub(r"(\.|&#95;|(?<![=!;])=(?!=)|/)", r"\1<wbr>", body)  # never inside ==, <=, >=, !=
     return f"<code>{body}</code>"
 
 
@@ -227,7 +227,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     """The Markdown of one code's page, section by section as `errmap explain` prints them."""
     import json
 
-    from errmap.explain import HEADINGS, MANY, find_example, probe_lines, related_groups
+    from errmap.explain import HEADINGS, MANY, doctor_lines, find_example, probe_lines, related_groups
     from errmap.i18n import _
 
     names = e.captures
@@ -276,6 +276,19 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         out += [f"- {_code(name)}: {text(what)}" for name, what in probes] + [""]
         return out + [f"- **{verdict}** when {prose(says)}" for verdict, says in checks] + ([""] if checks else [])
 
+    def doctor() -> list[str]:
+        rules = doctor_lines(e)
+        if not rules:
+            return [_("errmap doctor has no check for this code."), ""]
+        out = [_("`errmap doctor` warns about this code before a run when:"), ""]
+        for test, sentences in rules:
+            holes = set(_PLACEHOLDER.findall(" ".join(sentences)))
+            if len(sentences) == 1:
+                out.append(f"- {_code(test)}: {prose(sentences[0], holes)}")
+            else:
+                out += [f"- {_code(test)}:", *(f"    - {prose(says, holes)}" for says in sentences)]
+        return out + [""]
+
     def messages() -> list[str]:
         out = []
         for a in e.anchors:
@@ -290,7 +303,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return out + [""]
 
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example,
-            "related": related, "confirms": confirms, "messages": messages}
+            "related": related, "confirms": confirms, "doctor": doctor, "messages": messages}
     shown = find_example(e, matcher, fixtures)
     seen = tuple(v for _, v in shown.captures if re.fullmatch(r"[A-Za-z_][\w.-]{1,39}", v)) if shown else ()
     out = [

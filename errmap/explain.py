@@ -15,7 +15,7 @@ from errmap.layout import block, row
 from errmap.report import escape  # rich markup and terminal escapes of printed text
 
 from errmap.i18n import _
-from errmap.kb import KB, Entry
+from errmap.kb import KB, PLACEHOLDER, Entry
 from errmap.lines import ANSI
 from errmap.probes import PROBES
 from errmap.report import docs_url
@@ -30,6 +30,7 @@ HEADINGS = {
     "example": "Example log",
     "related": "Related codes",
     "confirms": "How errmap confirms it",
+    "doctor": "Checked before a run (errmap doctor)",
     "messages": "Messages it matches",
 }
 SECTIONS = tuple(HEADINGS.values())
@@ -140,6 +141,53 @@ def probe_lines(e: Entry) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]
     return [(p, PROBES.get(p, "")) for p in e.probes], [(c.verdict, c.says) for c in e.checks]
 
 
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    return str(value)
+
+
+def condition_text(c) -> str:
+    """A prediction's condition as one line: `gpu.capability < 8.0`, `setting data.max_prompt_length`."""
+    subject = (c.fact + (f"({', '.join(f'{k}={v}' for k, v in c.captures.items())})" if c.captures else "")
+               + (f".{c.field}" if c.field else "")) if c.fact else c.setting
+    if c.part:
+        subject = f"{c.part}({subject})"
+    if c.against:
+        target = c.against + (f".{c.against_field}" if c.against_field else "")
+    elif isinstance(c.against_setting, list) and c.op not in ("missing", "present"):
+        target = " + ".join(c.against_setting)
+    elif c.against_setting is not None:
+        settings = [c.against_setting] if isinstance(c.against_setting, str) else c.against_setting
+        values = c.value if isinstance(c.value, list) else [] if c.value is None else [c.value]
+        target = _shown([*settings, *values]) if isinstance(c.against_setting, list) or values else settings[0]
+    else:
+        target = "" if c.value is None else _shown(c.value)
+    return f"{subject} {c.op} {target}".strip()
+
+
+def doctor_lines(e: Entry) -> list[tuple[str, list[str]]]:
+    """What `errmap doctor` checks for this code before a run: (the test, the sentences it may say,
+    with their {placeholders}) for each prediction: its conditions, or its mechanism with the parameters."""
+
+    out = []
+    for p in e.predicts:
+        tested: list[tuple] = []
+        shown = []
+        for c in p.when:  # a condition that only names a field of a fact tested before it is no test
+            if not (c.op == "present" and c.fact and c.value is None and c.name and (c.fact, c.captures) in tested):
+                shown.append(condition_text(c))
+            tested.append((c.fact, c.captures))
+        if p.mechanism:
+            test = f"{p.mechanism}({', '.join(f'{k}={_shown(v)}' for k, v in p.params.items())})"
+        else:
+            test = ", ".join(shown)
+        out.append((test, p.sentences))
+    return out
+
+
 # ---------------------------------------------------------------- finding the entry
 
 
@@ -208,6 +256,7 @@ def lookup(query: str, kb: KB, matcher) -> Found:
 def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> None:
     example = find_example(e, matcher, fixtures_dir()) if matcher is not None else None
     probes, checks = probe_lines(e)
+    rules = doctor_lines(e)
 
     def means() -> None:
         block(con, "  ", escape(e.summary))
@@ -268,6 +317,14 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         for verdict, says in checks:
             block(con, f"  [dim]{verdict} when[/] ", escape(says))
 
+    def doctor() -> None:
+        if not rules:
+            con.print(f"  [dim]{_('errmap doctor has no check for this code.')}[/]")
+        for test, sentences in rules:
+            con.print(f"  [cyan]{escape(test)}[/]")
+            for says in sentences:
+                con.print(f"    [dim]{_('warns:')}[/] {escape(PLACEHOLDER.sub(lambda m: f'<{m[1]}>', says))}")
+
     def messages() -> None:
         for a in e.anchors:
             block(con, "  ", f"[cyan]{escape(' | '.join(a.literals))}[/]")
@@ -279,7 +336,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
                 block(con, "    ", f"[dim]not on a line matching[/] {escape(a.unless)}")
 
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example_log,
-            "related": related, "confirms": confirms, "messages": messages}
+            "related": related, "confirms": confirms, "doctor": doctor, "messages": messages}
     extra = {
         "example": f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "",
         "confirms": "  [dim](errmap scan --probe)[/]" if probes else "",

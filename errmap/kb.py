@@ -125,6 +125,52 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Condition:
+    """One test of a prediction (schema.Condition): a fact or a setting against a target."""
+
+    op: str
+    fact: str | None = None
+    setting: str | None = None
+    captures: dict[str, str] = field(default_factory=dict)  # before `field`, which shadows dataclasses.field here
+    field: str | None = None
+    part: str | None = None
+    value: Any = None
+    against: str | None = None
+    against_field: str | None = None
+    against_setting: str | list[str] | None = None
+    name: str | None = None
+    target_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What `errmap doctor` warns about before a run (schema.Prediction)."""
+
+    says: str | dict[str, str]
+    when: tuple[Condition, ...] = ()
+    mechanism: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    show: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "when", tuple(c if isinstance(c, Condition) else Condition(**c) for c in self.when))
+        object.__setattr__(self, "show", tuple(self.show))
+
+    @property
+    def sentences(self) -> list[str]:
+        """Its sentences in order: the one it says, or one per case of a mechanism."""
+        return [self.says] if isinstance(self.says, str) else list(self.says.values())
+
+
+@dataclass(frozen=True)
+class ExitCause:
+    """`errmap run`: a command ended by `signal` with nothing known in its output likely hit this code."""
+
+    signal: str
+    says: str
+
+
+@dataclass(frozen=True)
 class Entry:
     """A validated KB entry (see errmap/schema.py for the rules each field obeys)."""
 
@@ -141,13 +187,15 @@ class Entry:
     key: tuple[str, ...] = ()
     probes: tuple[str, ...] = ()
     checks: tuple[Check, ...] = ()
+    predicts: tuple[Prediction, ...] = ()
+    exits: tuple[ExitCause, ...] = ()
     related: tuple[int, ...] = ()
     caused_by: tuple[int, ...] = ()
     applies_to: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Entry:
-        nested = {"anchors": Anchor, "fix": Step, "links": Link, "checks": Check}
+        nested = {"anchors": Anchor, "fix": Step, "links": Link, "checks": Check, "predicts": Prediction, "exits": ExitCause}
         return cls(**{
             k: tuple(nested[k](**x) for x in v) if k in nested else tuple(v) if isinstance(v, list) else v
             for k, v in d.items()
@@ -317,6 +365,11 @@ class KB:
             return self.entries.get(int(text))
         return next((e for e in self.entries.values() if e.slug == text), None)
 
+    def exit_causes(self) -> dict[str, tuple[int, str]]:
+        """signal name -> (errno, what it says): the likely cause of a command that signal ended
+        when its output names none (`exits:` of an entry)."""
+        return {x.signal: (e.errno, x.says) for e in self for x in e.exits}
+
     def __iter__(self):
         return iter(sorted(self.entries.values(), key=lambda e: e.errno))
 
@@ -349,6 +402,7 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
 
     problems = []
     slugs: dict[str, int] = {}
+    signals: dict[str, int] = {}
     for e in entries.values():
         where = f"{e.errno}-{e.slug}"
         if e.slug in slugs:
@@ -360,10 +414,14 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
         for name in [*e.probes, *(c.probe for c in e.checks), *(c.against for c in e.checks if c.against)]:
             if name not in PROBES:
                 problems.append(f"{where}: unknown probe {name!r}")
+        for x in e.exits:
+            if x.signal in signals:
+                problems.append(f"{where}: {x.signal} is already the exit cause of {signals[x.signal]}")
+            signals[x.signal] = e.errno
     return problems
 
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 
 
 def cache_dir() -> Path:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from errmap import kb as kbmod
+from errmap import predict
 from errmap import translations
 
 GLOSSARY = "glossary.yaml"  # kb/glossary.yaml: the standard Chinese terms
@@ -83,6 +84,7 @@ def check(user_dirs: list[Path]) -> list[str]:
         entries.update(found)
         zh.update(kbmod._translations(folder, found, problems))
     problems += kbmod.cross_check(entries)
+    problems += predict.read_defaults(kbmod.official_dir() / predict.DEFAULTS_FILE)[1]
     glossary = translations.Glossary.load(kbmod.official_dir() / GLOSSARY)
     for entry in entries.values():
         problems += slow_anchors(entry)

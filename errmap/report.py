@@ -92,9 +92,6 @@ def _residue(r: Residue) -> dict[str, Any]:
     return {"type": r.type, "message": r.message, "count": r.count, **_evidence(r.first)}
 
 
-LIKELY_SIGKILL = 1021  # the kernel's OOM killer sends SIGKILL and the process prints nothing
-
-
 @dataclass
 class Report:
     sources: list[Source]
@@ -103,10 +100,11 @@ class Report:
     extra: dict[str, Any] = field(default_factory=dict)  # per-errno additions, e.g. probe verdicts
     status: int | None = None  # `errmap run`: the command's exit status (128+N for signal N)
     forced: bool = False  # `errmap run` killed the command itself, after a second Ctrl-C
+    exits: dict[str, tuple[int, str]] = field(default_factory=dict)  # signal -> (errno, says): KB.exit_causes()
 
     def command(self) -> dict[str, Any] | None:
-        """How the command of `errmap run` ended; a SIGKILL that nothing in its output explains points at
-        the host's OOM killer (1021) as the likely cause."""
+        """How the command of `errmap run` ended; a signal that nothing in its output explains points at
+        the code the KB names for it (`exits:`; SIGKILL: the host's OOM killer, 1021) as the likely cause."""
         if self.status is None:
             return None
         out: dict[str, Any] = {"status": self.status}
@@ -114,8 +112,8 @@ class Report:
             out["signal"] = signal.Signals(self.status - 128).name
         if self.forced:
             out["killed_by_errmap"] = True
-        elif out.get("signal") == "SIGKILL" and not self.triage.incidents:
-            out["likely"] = LIKELY_SIGKILL
+        elif out.get("signal") in self.exits and not self.triage.incidents:
+            out["likely"] = self.exits[out["signal"]][0]
         return out
 
     def ranked(self) -> list[tuple[Incident, dict[str, Any]]]:
@@ -251,9 +249,8 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         known = "; no known cause in its output" if not ranked else ""
         block(con, "", f"[bold red]The command failed[/] with status {cmd['status']}{how}{known}.")
         if "likely" in cmd:
-            block(con, "   ", f"Likely cause: {LIKELY_SIGKILL} host RAM exhausted (the kernel's OOM killer sends SIGKILL and the "
-                  "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
-                  f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
+            errno, says = report.exits[cmd["signal"]]
+            block(con, "   ", f"Likely cause: {errno} {escape(says)} [dim]errmap explain {errno}[/]")
     if not ranked and not residue and report.errors:
         n = len(report.errors)
         also = f" [dim]({scanned} read)[/]" if read else ""

@@ -137,6 +137,146 @@ class Check(BaseModel):
         return self
 
 
+Scalar = str | float | int | bool
+
+
+class Condition(BaseModel):
+    """One test of a prediction: a probed fact or a training setting against a target.
+
+    A setting is the user's override, else verl's default; a fact about several GPUs holds when
+    any GPU satisfies it. `name` binds the subject for the sentence ({name}), `target_name` the target.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fact: str | None = Field(default=None, description="a probe's fact: of the machine, of each data file (data.*) or of the model (model.*)")
+    setting: str | None = Field(default=None, description="a training setting (dotted verl key)")
+    field: str | None = Field(default=None, description="key inside the fact, when it is a mapping")
+    captures: dict[str, str] = Field(default_factory=dict, description="what the probe reads as the log's captures")
+    part: Literal["major"] | None = Field(default=None, description="compare only this part of a version")
+    op: Literal["<", "<=", ">", ">=", "==", "!=", "contains", "missing", "present", "in"]
+    value: Scalar | list[Scalar] | None = None
+    against: str | None = Field(default=None, description="compare with this other fact")
+    against_field: str | None = None
+    against_setting: str | list[str] | None = Field(default=None, description="compare with this setting (a list: their sum; with missing/present: each)")
+    name: str | None = Field(default=None, pattern=r"^\w+$")
+    target_name: str | None = Field(default=None, pattern=r"^\w+$")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Condition:
+        if (self.fact is None) == (self.setting is None):
+            raise ValueError("give one of fact or setting")
+        if self.setting is not None and (self.field or self.captures):
+            raise ValueError("field and captures are for a fact")
+        targets = [t for t in (self.value is not None, self.against, self.against_setting) if t]
+        if len(targets) > 1 and not (self.op in ("missing", "present") and self.against is None):
+            raise ValueError("give one of value, against or against_setting")
+        if not targets and self.op not in ("missing", "present"):
+            raise ValueError(f"op {self.op!r} needs a value, against or against_setting")
+        if self.op == "in" and not isinstance(self.value, list):
+            raise ValueError("op 'in' takes a list value")
+        if isinstance(self.value, list) and self.op not in ("in", "missing", "present"):
+            raise ValueError("a list value is for in, missing and present")
+        if isinstance(self.against_setting, list) and self.op not in ("<", "<=", ">", ">=", "==", "!=", "missing", "present"):
+            raise ValueError("a list of settings is summed for a comparison or tested each for missing/present")
+        if self.against_field and not self.against:
+            raise ValueError("against_field needs against")
+        if self.target_name and not targets:
+            raise ValueError("target_name needs a target")
+        from errmap.predict import is_verl_key
+        from errmap.probes import PROBES
+
+        for name in (self.fact, self.against):
+            if name and name not in PROBES:
+                raise ValueError(f"unknown fact {name!r} (errmap/probes names them)")
+        keys = [self.setting] if self.setting else []
+        keys += [self.against_setting] if isinstance(self.against_setting, str) else list(self.against_setting or [])
+        for key in keys:
+            if not is_verl_key(key):
+                raise ValueError(f"setting {key!r} is not a key of verl's PPO trainer config (errmap/probes/verl_keys.txt)")
+        return self
+
+
+class Prediction(BaseModel):
+    """What `errmap doctor` warns about before a run: conditions that all hold, and the sentence it
+    says; or a named mechanism of errmap/predict.py with its parameters and a sentence per case.
+    An entry's plain predictions are alternatives: the first that holds gives its warning."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    when: list[Condition] = Field(default_factory=list)
+    mechanism: str | None = Field(default=None, description="a rule errmap/predict.py runs (MECHANISMS)")
+    params: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict, description="the mechanism's settings and numbers")
+    says: str | dict[str, str] = Field(description="the warning ({name} of a condition, {file}, {model}); a mechanism: one per case")
+    show: list[str] = Field(default_factory=list, description="facts attached to the warning (default: those the conditions read)")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Prediction:
+        if (self.mechanism is None) == (not self.when):
+            raise ValueError("give when (conditions) or a mechanism")
+        if self.mechanism is None and (self.params or not isinstance(self.says, str)):
+            raise ValueError("params and a mapping of says are for a mechanism")
+        if self.mechanism is not None and not isinstance(self.says, dict):
+            raise ValueError("a mechanism says one sentence per case: a mapping case -> sentence")
+        texts = [self.says] if isinstance(self.says, str) else list(self.says.values())
+        if any(len(t) < 3 for t in texts):
+            raise ValueError("says: a sentence of 3 characters at least")
+        from errmap.probes import PROBES
+
+        for name in self.show:
+            if name not in PROBES:
+                raise ValueError(f"show: unknown fact {name!r}")
+        if self.mechanism is not None:
+            from errmap.predict import MECHANISMS, is_verl_key
+
+            m = MECHANISMS.get(self.mechanism)
+            if m is None:
+                raise ValueError(f"unknown mechanism {self.mechanism!r} (known: {', '.join(MECHANISMS)})")
+            if missing := [k for k in m.params if k not in self.params]:
+                raise ValueError(f"mechanism {self.mechanism} needs params {', '.join(missing)}")
+            if extra := [k for k in self.params if k not in m.params]:
+                raise ValueError(f"mechanism {self.mechanism} takes no params {', '.join(extra)}")
+            if set(self.says) != set(m.cases):
+                raise ValueError(f"mechanism {self.mechanism} says one sentence for each of its cases: {', '.join(m.cases)}")
+            for key, kind in m.params.items():
+                value = self.params[key]
+                if kind == "setting" and not (isinstance(value, str) and is_verl_key(value)):
+                    raise ValueError(f"params.{key}: {value!r} is not a key of verl's PPO trainer config")
+                if kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    raise ValueError(f"params.{key}: {value!r} is not a number")
+                if kind == "list" and not isinstance(value, list):
+                    raise ValueError(f"params.{key}: {value!r} is not a list")
+            for text in self.says.values():
+                for n in PLACEHOLDER.findall(text):
+                    if n not in m.names:
+                        raise ValueError(f"placeholder {{{n}}} is not one mechanism {self.mechanism} fills ({', '.join(m.names)})")
+        else:
+            names = {"file", "model"} | {n for c in self.when for n in (c.name, c.target_name) if n}
+            for text in texts:
+                for n in PLACEHOLDER.findall(text):
+                    if n not in names:
+                        raise ValueError(f"placeholder {{{n}}} is bound by no condition (name/target_name)")
+        return self
+
+
+class ExitCause(BaseModel):
+    """`errmap run`: a command ended by this signal with nothing known in its output points at this code."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    signal: str = Field(description="a signal's name: SIGKILL, SIGTERM, ...")
+    says: str = Field(min_length=3, description="the likely cause and how to confirm it")
+
+    @field_validator("signal")
+    @classmethod
+    def _a_signal(cls, value: str) -> str:
+        import signal
+
+        if value not in signal.Signals.__members__:
+            raise ValueError(f"{value!r} is not a signal of this system (SIGKILL, SIGTERM, ...)")
+        return value
+
+
 class Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -153,6 +293,8 @@ class Entry(BaseModel):
     links: list[Link] = Field(default_factory=list, description="required for 1001-1048 (errmap.kb), optional for your own")
     probes: list[str] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
+    predicts: list[Prediction] = Field(default_factory=list, description="what errmap doctor checks before a run")
+    exits: list[ExitCause] = Field(default_factory=list, description="errmap run: signals this code likely explains")
     related: list[int] = Field(default_factory=list)
     caused_by: list[int] = Field(default_factory=list)
     applies_to: str | None = None

@@ -1,7 +1,8 @@
 """The KB in Chinese: kb/zh/<the entry's file name> holds the text a person reads, in Chinese.
 
 A sidecar gives title, group, summary, cause, fix (one step per English step, in order), optionally
-applies_to, says (one per check) and links (one title per link). What the software prints stays in
+applies_to, says (one per check), predicts (one per sentence of the entry's predictions: a
+mechanism's cases in order), exits (one per exit cause) and links (one title per link). What the software prints stays in
 the English entry: anchors are never translated. `problems` is what `errmap kb check` enforces:
 every entry translated, the same {captures}, the same `code spans` (config keys, commands,
 messages), as many steps, checks and link titles as the English, and kb/glossary.yaml's terms.
@@ -33,6 +34,8 @@ class Text:
     fix: tuple[str, ...] = ()
     applies_to: str | None = None
     says: tuple[str, ...] = ()
+    predicts: tuple[str, ...] = ()
+    exits: tuple[str, ...] = ()
     links: tuple[str, ...] = ()
     file: str = ""
 
@@ -54,6 +57,8 @@ def _schema():
         fix: list[str] = Field(default_factory=list)
         applies_to: str | None = None
         says: list[str] = Field(default_factory=list)
+        predicts: list[str] = Field(default_factory=list)
+        exits: list[str] = Field(default_factory=list)
         links: list[str] = Field(default_factory=list)
 
     return Sidecar
@@ -115,10 +120,23 @@ def localize(entry, text: Text | None):
     checks = entry.checks
     if len(text.says) == len(entry.checks):
         checks = tuple(dataclasses.replace(c, says=s) for c, s in zip(entry.checks, text.says))
+    predicts = entry.predicts
+    if len(text.predicts) == len(sentences := predict_sentences(entry)):
+        zh = iter(text.predicts)
+        predicts = tuple(dataclasses.replace(p, says=next(zh) if isinstance(p.says, str) else {case: next(zh) for case in p.says})
+                         for p in entry.predicts)
+    exits = entry.exits
+    if len(text.exits) == len(entry.exits):
+        exits = tuple(dataclasses.replace(x, says=s) for x, s in zip(entry.exits, text.exits))
     return dataclasses.replace(
         entry, title=text.title, group=text.group, summary=text.summary, cause=text.cause or entry.cause, fix=fix,
-        applies_to=text.applies_to if entry.applies_to else None, links=links, checks=checks,
+        applies_to=text.applies_to if entry.applies_to else None, links=links, checks=checks, predicts=predicts, exits=exits,
     )
+
+
+def predict_sentences(entry) -> list[str]:
+    """The sentences of an entry's predictions in order, as its sidecar's `predicts` translates them."""
+    return [s for p in entry.predicts for s in p.sentences]
 
 
 def for_json(entry, text: Text | None, captures: dict[str, str] | None = None, stack: str | None = None,
@@ -152,7 +170,8 @@ def problems(entry, text: Text | None, glossary=None) -> list[str]:
     steps = _fix_texts(entry.fix)
     out += [f"{text.file}: no {name}" for name, missing in (
         ("cause", not text.cause), ("fix", not text.fix), ("applies_to", bool(entry.applies_to) and not text.applies_to),
-        ("says", bool(entry.checks) and not text.says)) if missing]
+        ("says", bool(entry.checks) and not text.says), ("predicts", bool(entry.predicts) and not text.predicts),
+        ("exits", bool(entry.exits) and not text.exits)) if missing]
     pairs = [("summary", entry.summary, text.summary), ("title", entry.title, text.title)]
     if text.cause:
         pairs.append(("cause", entry.cause, text.cause))
@@ -164,6 +183,15 @@ def problems(entry, text: Text | None, glossary=None) -> list[str]:
         pairs.append(("applies_to", entry.applies_to, text.applies_to))
     if text.says and len(text.says) != len(entry.checks):
         out.append(f"{text.file}: says has {len(text.says)} sentences, the English entry {len(entry.checks)} checks")
+    predicted = predict_sentences(entry)
+    if text.predicts and len(text.predicts) != len(predicted):
+        out.append(f"{text.file}: predicts has {len(text.predicts)} sentences, the English predictions {len(predicted)}")
+    elif text.predicts:
+        pairs += [(f"predicts {i}", en, zh) for i, (en, zh) in enumerate(zip(predicted, text.predicts), 1)]
+    if text.exits and len(text.exits) != len(entry.exits):
+        out.append(f"{text.file}: exits has {len(text.exits)} sentences, the English entry {len(entry.exits)} exit causes")
+    elif text.exits:
+        pairs += [(f"exits {i}", x.says, zh) for i, (x, zh) in enumerate(zip(entry.exits, text.exits), 1)]
     if text.links and len(text.links) != len(entry.links):
         out.append(f"{text.file}: links has {len(text.links)} titles, the English entry {len(entry.links)} links")
     for field, en, zh in pairs:
