@@ -319,11 +319,11 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
 
     def doctor() -> None:
         if not rules:
-            con.print(f"  [dim]{_('errmap doctor has no check for this code.')}[/]")
+            block(con, "  ", f"[dim]{_('errmap doctor has no check for this code.')}[/]")
         for test, sentences in rules:
-            con.print(f"  [cyan]{escape(test)}[/]")
+            block(con, "  ", f"[cyan]{escape(test)}[/]")
             for says in sentences:
-                con.print(f"    [dim]{_('warns:')}[/] {escape(PLACEHOLDER.sub(lambda m: f'<{m[1]}>', says))}")
+                block(con, f"    [dim]{_('warns:')}[/] ", escape(PLACEHOLDER.sub(lambda m: f'<{m[1]}>', says)))
 
     def messages() -> None:
         for a in e.anchors:
