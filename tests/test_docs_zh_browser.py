@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_docs_browser import LAPTOP, PHONE, base_url, browser, open_page, outside, search, shot, site_dir  # noqa: F401
+from test_docs_browser import LAPTOP, PHONE, _misses, base_url, browser, open_page, outside, search, shot, site_dir  # noqa: F401
 from errmap.i18n import _, set_language
 from errmap.explain import SECTIONS
 
@@ -39,13 +39,6 @@ def test_1012_page_in_chinese_and_the_switch(browser, base_url, outside, name, v
     assert not outside
 
 
-# Known gap, not yet explained: the first result is for part of the typed words (h=内, h=out+of):
-# either results lag the typing on a loaded machine or the query is split differently from the
-# pages. Strict: these fail loudly once they pass.
-UNRESOLVED = pytest.mark.xfail(strict=True, reason="Chinese-site search ranks by part of the query; unresolved")
-
-
-@UNRESOLVED
 @pytest.mark.parametrize("words,errno", [("共享内存", 1012), ("显存不足", 1017)])
 def test_chinese_search_finds_its_page_first(browser, base_url, outside, words, errno):
     context, page = open_page(browser, base_url, outside, PHONE)
@@ -57,7 +50,6 @@ def test_chinese_search_finds_its_page_first(browser, base_url, outside, words, 
     assert not outside
 
 
-@UNRESOLVED
 def test_pasted_english_message_still_finds_1012_on_the_chinese_site(browser, base_url, outside):
     context, page = open_page(browser, base_url, outside, LAPTOP)
     page.goto(base_url + "/zh/index.html")
@@ -65,6 +57,14 @@ def test_pasted_english_message_still_finds_1012_on_the_chinese_site(browser, ba
     assert "errno/1012/index.html" in hrefs[0], hrefs[:5]
     context.close()
     assert not outside
+
+
+def test_every_codes_first_message_finds_its_page_first_on_the_chinese_site(browser, base_url, outside):
+    """A pasted English message finds its page on the Chinese site as on the English one."""
+    from errmap import kb as kbmod
+
+    wrong = _misses(browser, base_url, outside, [(e.anchors[0].literals[0], e.errno) for e in kbmod.load()], "/zh/")
+    assert not wrong, "\n".join(f"{words!r}: want {want}, first {got}" for words, (want, got) in wrong.items())
 
 
 def test_p40_page_fits_a_phone(browser, base_url, outside):
