@@ -76,3 +76,26 @@ def test_p40_page_fits_a_phone(browser, base_url, outside):
     shot(page, "zh-p40-phone", full_page=True)
     context.close()
     assert not outside
+
+
+def test_p40_page_in_both_languages_and_the_switch(browser, base_url, outside):
+    """The walk-through is in the English navigation, and the switch goes to the same page both ways."""
+    context, page = open_page(browser, base_url, outside, LAPTOP)
+    page.goto(base_url + "/index.html")
+    page.locator('nav.md-nav a[href$="p40-verl-gsm8k.html"]').first.click()
+    page.wait_for_load_state()
+    assert page.url.endswith("/p40-verl-gsm8k.html") and "/zh/" not in page.url
+    assert page.locator("h1").inner_text().startswith("verl PPO on GSM8K on a single Tesla P40")
+    # verl's own layout, not the tutorials' prompt/chosen
+    columns = [c.strip() for c in page.locator("article table tbody tr td:first-child").all_inner_texts()]
+    assert columns == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    chinese = page.locator('a.md-select__link[hreflang="zh"]').get_attribute("href")
+    page.goto(page.url.rsplit("/", 1)[0] + "/" + chinese)
+    assert page.url.endswith("/zh/p40-verl-gsm8k.html")
+    assert page.locator("h1").inner_text().startswith("单卡 Tesla P40 上跑 verl PPO")
+    english = page.locator('a.md-select__link[hreflang="en"]').get_attribute("href")
+    page.goto(page.url.rsplit("/", 1)[0] + "/" + english)
+    assert page.url.endswith("/p40-verl-gsm8k.html") and "/zh/" not in page.url
+    assert page.locator("h1").inner_text().startswith("verl PPO on GSM8K")
+    context.close()
+    assert not outside
