@@ -232,7 +232,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     names = e.captures
 
     def means() -> list[str]:
-        return [prose(e.summary), ""] + ([f"**Applies to:** {prose(e.applies_to)}", ""] if e.applies_to else [])
+        return [prose(e.summary), ""] + ([f"**{_('Applies to:')}** {prose(e.applies_to)}", ""] if e.applies_to else [])
 
     def fix() -> list[str]:
         # One list, grouped: the general steps, then each stack's, marked with the stack's name.
@@ -284,12 +284,12 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
             lits = " or ".join(_code(lit) for lit in a.literals)
             rules = "".join(
                 f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
-                for label, value in (("only inside a traceback with a frame matching", a.frame), ("not on a line matching", a.unless))
+                for label, value in ((_("only inside a traceback with a frame matching"), a.frame), (_("not on a line matching"), a.unless))
                 if value
             )
             out += [f'<h3 class="errmap-message" id="message-{n}">{lits}</h3>',
-                    f'<p>printed by {_source(a.source)}<br>'
-                    f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>{rules}</p>', ""]
+                    f'<p>{_("printed by")} {_source(a.source)}<br>'
+                    f'<span class="errmap-pattern">{_("pattern")} {_code(a.regex)}</span>{rules}</p>', ""]
         return out
 
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example,
