@@ -298,8 +298,9 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     seen = tuple(v for _, v in shown.captures if re.fullmatch(r"[A-Za-z_][\w.-]{1,39}", v)) if shown else ()
     out = [
         "---",
-        # The words of the code's first message: the tags of every section of the page, weighed as
-        # a title, so that message ranks this page above those where it is one message of many.
+        # The words of the code's first message: the tags of every section of the page, weighed a
+        # little above a title (mkdocs.yml), so that message ranks this page above those where it
+        # is one message of many.
         # JSON is YAML: every message is quoted and escaped whatever characters it holds.
         f"tags: {json.dumps(search_words(e, seen, e.anchors[:1]), ensure_ascii=True)}",
         "---",
