@@ -25,6 +25,7 @@ from errmap.source import InputError, Source, expand
 from errmap.triage import Incident, Residue, Triage
 
 EXIT_INPUT = 2
+i18n.speak_for_click()
 
 
 def _console(stderr: bool = False) -> Console:
@@ -415,7 +416,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs
     if fmt == "json":
         click.echo(formats.dumps(doc.to_json(kb)))
     else:
-        print_doctor(_console(), doc, kb)
+        print_doctor(_console(), doc, kb.localized(i18n.language()) if kb else None)
     sys.exit(1 if doc.warnings else 0)
 
 

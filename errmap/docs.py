@@ -181,22 +181,21 @@ def regex_phrases(pattern: str) -> list[str]:
 
 
 # The search plugin's separator (mkdocs.yml): queries are split into words by it, and so are these.
-SEARCH_SEPARATOR = re.compile(r'[\s\u200b\-_,:!=\[\]()"/]+|\.(?!\d)')
+SEARCH_SEPARATOR = re.compile(r"""[\s\u200b\-_,:!=\[\]()"`/']+|\.(?!\d)|&[lg]t;""")
 
 
-def search_words(e, seen: tuple[str, ...] = ()) -> list[str]:
-    """The words of a code's messages (its literals and the text runs of its patterns, the values
-    its patterns list for a capture, and `seen`: what the example log gave its captures), for search.
+def search_words(e, seen: tuple[str, ...] = (), anchors=None) -> list[str]:
+    """The words of a code's messages (of `anchors`, all by default: their literals and the text
+    runs of their patterns, the values the patterns list for a capture, and `seen`: what the example
+    log gave its captures).
 
-    They go into the page's `tags`, which Material's search weighs far above body text, so words
-    typed from a log line rank the page whose message holds them above pages that only mention
-    them. The search index keeps each tag whole, so each word is a tag of its own. Search matches a
-    typed word as a prefix, so a word that begins another tag (`memory`, `memoryerror`) is left out:
-    it would count the same typed word twice and rank a page that holds one of the words typed above
-    a page that holds them all.
+    A page's `tags` hold those of its first message (see `errno_page`). Search matches a typed word
+    as a prefix, so a word that begins another (`memory`, `memoryerror`) is left out: it would count
+    the same typed word twice and rank a page that holds one of the words typed above a page that
+    holds them all.
     """
     words: dict[str, None] = {}
-    for a in e.anchors:
+    for a in e.anchors if anchors is None else anchors:
         for phrase in [*a.literals, *filter(_telling, regex_phrases(a.regex)), *_values(a.regex), *seen]:
             for word in SEARCH_SEPARATOR.split(phrase.lower()):
                 word = word.strip(_EDGE + "'")
@@ -233,7 +232,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     names = e.captures
 
     def means() -> list[str]:
-        return [prose(e.summary), ""] + ([f"**Applies to:** {prose(e.applies_to)}", ""] if e.applies_to else [])
+        return [prose(e.summary), ""] + ([f"**{_('Applies to:')}** {prose(e.applies_to)}", ""] if e.applies_to else [])
 
     def fix() -> list[str]:
         # One list, grouped: the general steps, then each stack's, marked with the stack's name.
@@ -290,17 +289,21 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return out + [""]
 
     def messages() -> list[str]:
+        # Each message is a heading of its own: the search index makes each heading a section and
+        # weighs its title above body text, so a pasted message ranks the section that prints it
+        # first. Raw HTML keeps them out of the page's table of contents.
         out = []
-        for a in e.anchors:
+        for n, a in enumerate(e.anchors, 1):
             lits = " or ".join(_code(lit) for lit in a.literals)
             rules = "".join(
                 f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
-                for label, value in (("only inside a traceback with a frame matching", a.frame), ("not on a line matching", a.unless))
+                for label, value in ((_("only inside a traceback with a frame matching"), a.frame), (_("not on a line matching"), a.unless))
                 if value
             )
-            out.append(f"- {lits}, printed by {_source(a.source)}<br>"
-                       f'<span class="errmap-pattern">pattern {_code(a.regex)}</span>{rules}')
-        return out + [""]
+            out += [f'<h3 class="errmap-message" id="message-{n}">{lits}</h3>',
+                    f'<p>{_("printed by")} {_source(a.source)}<br>'
+                    f'<span class="errmap-pattern">{_("pattern")} {_code(a.regex)}</span>{rules}</p>', ""]
+        return out
 
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example,
             "related": related, "confirms": confirms, "doctor": doctor, "messages": messages}
@@ -308,8 +311,11 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     seen = tuple(v for _, v in shown.captures if re.fullmatch(r"[A-Za-z_][\w.-]{1,39}", v)) if shown else ()
     out = [
         "---",
+        # The words of the code's first message: the tags of every section of the page, weighed a
+        # little above a title (mkdocs.yml), so that message ranks this page above those where it
+        # is one message of many.
         # JSON is YAML: every message is quoted and escaped whatever characters it holds.
-        f"tags: {json.dumps(search_words(e, seen), ensure_ascii=True)}",
+        f"tags: {json.dumps(search_words(e, seen, e.anchors[:1]), ensure_ascii=True)}",
         "---",
         "",
         f"# {e.errno} · {text(e.title)}",

@@ -152,21 +152,25 @@ def environment_block(doc: Doctor) -> str:
 
 
 def print_doctor(con, doc: Doctor, kb=None) -> None:
+    """The report in the current language (the environment block stays as the probes give it:
+    it is pasted into issues); `kb`, if given, in that language too, names the codes."""
+    from errmap.i18n import _, ngettext
     from errmap.report import escape
 
-    con.print("[bold]Environment[/] [dim](paste this block into an issue)[/]")
+    con.print(f"[bold]{_('Environment')}[/] [dim]{_('(paste this block into an issue)')}[/]")
     con.print("```", markup=False)
     con.print(environment_block(doc), markup=False, highlight=False, soft_wrap=True)
     con.print("```", markup=False)
     if not doc.warnings:
-        con.print("[green]No known failure predicted for this setup.[/]")
+        con.print(f"[green]{_('No known failure predicted for this setup.')}[/]")
         return
-    con.print(f"\n[bold]{len(doc.warnings)} warning{'s' if len(doc.warnings) != 1 else ''}[/]: codes this setup will hit")
+    n = len(doc.warnings)
+    con.print(f"\n[bold]{ngettext('{n} warning', '{n} warnings', n).format(n=n)}[/]{_(': codes this setup will hit')}")
     for w in doc.warnings:
         title = _title(kb, w.errno).get("title", "")
         con.print(f"  [bold red]{w.errno}[/] [bold]{escape(title)}[/]")
         con.print(f"     {escape(w.says)}")
-    con.print("[dim]errmap explain N shows the cause and fix of each code.[/]")
+    con.print(f"[dim]{_('errmap explain N shows the cause and fix of each code.')}[/]")
 
 
 registry()  # probes are registered before any run

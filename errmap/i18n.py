@@ -143,6 +143,16 @@ class _Translated:
         super().__init__(*args, **kwargs)
         self.params.append(lang_option())
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # --lang speaks for the errors of the line it is on too, though click reads it only after
+        # the whole line parses: `--lang zh --no-such-option` says so in Chinese.
+        words = args[: args.index("--")] if "--" in args else args
+        for i, word in enumerate(words):
+            value = word[7:] if word.startswith("--lang=") else words[i + 1] if word == "--lang" and i + 1 < len(words) else None
+            if value in LANGS:
+                set_language(value)
+        return super().parse_args(ctx, args)
+
     def _swapped(self, ctx: click.Context):
         saved = [(self, self.help), *((p, getattr(p, "help", None)) for p in self.get_params(ctx))]
         for obj, text in saved:
@@ -172,6 +182,26 @@ class Command(_Translated, click.Command):
 class Group(_Translated, click.Group):
     command_class = Command
     group_class = type  # subgroups are of this class too
+
+
+def speak_for_click() -> None:
+    """Click writes its own words (Usage:, Error: ..., No such option ...) through the standard
+    library's gettext functions, which each of its modules binds as `_` and `ngettext` when it is
+    imported; it has no other hook. Bind errmap's catalogue there instead, so they follow --lang and
+    the locale as errmap's own words do (errmap.po holds click's messages too)."""
+    import click.core
+    import click.decorators
+    import click.exceptions
+    import click.formatting
+    import click.parser
+    import click.termui
+    import click.types
+
+    for module in (click.core, click.decorators, click.exceptions, click.formatting, click.parser, click.termui, click.types):
+        if hasattr(module, "_"):
+            module._ = _
+        if hasattr(module, "ngettext"):
+            module.ngettext = ngettext
 
 
 def help_texts(group: click.Group) -> list[str]:

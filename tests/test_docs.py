@@ -108,7 +108,16 @@ def test_page_front_matter_is_valid_yaml(kb, matcher):
         page = docs.errno_page(e, kb, matcher, None)
         assert page.startswith("---\n")
         meta = yaml.safe_load(page.split("---\n")[1])
-        assert meta["tags"] == docs.search_words(e)
+        assert meta["tags"] == docs.search_words(e, (), e.anchors[:1])  # the words of its first message
+
+
+def test_each_message_is_a_heading_of_its_own(kb, matcher):
+    """The search index makes each heading a section found by its title: one per message."""
+    e = kb.get(1033)
+    page = docs.errno_page(e, kb, matcher, None)
+    heads = re.findall(r'<h3 class="errmap-message" id="message-(\d+)">(.*?)</h3>', page)
+    assert [int(n) for n, _ in heads] == list(range(1, len(e.anchors) + 1))
+    assert heads[0][1] == "<code>KeyError: &#39;</code>"
 
 
 # ---------------------------------------------------------------- the example log

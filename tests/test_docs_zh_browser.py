@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_docs_browser import LAPTOP, PHONE, base_url, browser, open_page, outside, search, shot, site_dir  # noqa: F401
+from test_docs_browser import LAPTOP, PHONE, _misses, base_url, browser, open_page, outside, search, shot, site_dir  # noqa: F401
 from errmap.i18n import _, set_language
 from errmap.explain import SECTIONS
 
@@ -39,13 +39,6 @@ def test_1012_page_in_chinese_and_the_switch(browser, base_url, outside, name, v
     assert not outside
 
 
-# Known gap, not yet explained: the first result is for part of the typed words (h=内, h=out+of):
-# either results lag the typing on a loaded machine or the query is split differently from the
-# pages. Strict: these fail loudly once they pass.
-UNRESOLVED = pytest.mark.xfail(strict=True, reason="Chinese-site search ranks by part of the query; unresolved")
-
-
-@UNRESOLVED
 @pytest.mark.parametrize("words,errno", [("共享内存", 1012), ("显存不足", 1017)])
 def test_chinese_search_finds_its_page_first(browser, base_url, outside, words, errno):
     context, page = open_page(browser, base_url, outside, PHONE)
@@ -57,7 +50,6 @@ def test_chinese_search_finds_its_page_first(browser, base_url, outside, words, 
     assert not outside
 
 
-@UNRESOLVED
 def test_pasted_english_message_still_finds_1012_on_the_chinese_site(browser, base_url, outside):
     context, page = open_page(browser, base_url, outside, LAPTOP)
     page.goto(base_url + "/zh/index.html")
@@ -67,6 +59,14 @@ def test_pasted_english_message_still_finds_1012_on_the_chinese_site(browser, ba
     assert not outside
 
 
+def test_every_codes_first_message_finds_its_page_first_on_the_chinese_site(browser, base_url, outside):
+    """A pasted English message finds its page on the Chinese site as on the English one."""
+    from errmap import kb as kbmod
+
+    wrong = _misses(browser, base_url, outside, [(e.anchors[0].literals[0], e.errno) for e in kbmod.load()], "/zh/")
+    assert not wrong, "\n".join(f"{words!r}: want {want}, first {got}" for words, (want, got) in wrong.items())
+
+
 def test_p40_page_fits_a_phone(browser, base_url, outside):
     context, page = open_page(browser, base_url, outside, PHONE)
     page.goto(base_url + "/zh/p40-verl-gsm8k.html")
@@ -74,5 +74,28 @@ def test_p40_page_fits_a_phone(browser, base_url, outside):
     assert page.locator("article table code", has_text="data_source").count() == 1
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     shot(page, "zh-p40-phone", full_page=True)
+    context.close()
+    assert not outside
+
+
+def test_p40_page_in_both_languages_and_the_switch(browser, base_url, outside):
+    """The walk-through is in the English navigation, and the switch goes to the same page both ways."""
+    context, page = open_page(browser, base_url, outside, LAPTOP)
+    page.goto(base_url + "/index.html")
+    page.locator('nav.md-nav a[href$="p40-verl-gsm8k.html"]').first.click()
+    page.wait_for_load_state()
+    assert page.url.endswith("/p40-verl-gsm8k.html") and "/zh/" not in page.url
+    assert page.locator("h1").inner_text().startswith("verl PPO on GSM8K on a single Tesla P40")
+    # verl's own layout, not the tutorials' prompt/chosen
+    columns = [c.strip() for c in page.locator("article table tbody tr td:first-child").all_inner_texts()]
+    assert columns == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    chinese = page.locator('a.md-select__link[hreflang="zh"]').get_attribute("href")
+    page.goto(page.url.rsplit("/", 1)[0] + "/" + chinese)
+    assert page.url.endswith("/zh/p40-verl-gsm8k.html")
+    assert page.locator("h1").inner_text().startswith("单卡 Tesla P40 上跑 verl PPO")
+    english = page.locator('a.md-select__link[hreflang="en"]').get_attribute("href")
+    page.goto(page.url.rsplit("/", 1)[0] + "/" + english)
+    assert page.url.endswith("/p40-verl-gsm8k.html") and "/zh/" not in page.url
+    assert page.locator("h1").inner_text().startswith("verl PPO on GSM8K")
     context.close()
     assert not outside

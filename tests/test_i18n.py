@@ -53,6 +53,47 @@ def test_explain_and_help_in_chinese():
     assert "Usage:" in errmap("scan", "--help").stdout.decode()
 
 
+def _han(text: str) -> bool:
+    return any("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+def _outside_block(out: str) -> list[str]:
+    """The report's own lines: not the environment block between the ``` fences (probe facts)."""
+    parts = out.split("```")
+    return (parts[0] + "".join(parts[2:])).splitlines() if len(parts) >= 3 else out.splitlines()
+
+
+def test_doctor_in_chinese_from_lang_and_english_unchanged():
+    zh = errmap("doctor", "--", "trainer.n_gpus_per_node=8", env=ZH)
+    out = zh.stdout.decode()
+    assert zh.returncode in (0, 1), zh.stderr.decode()
+    assert out.startswith("环境 （提交 issue 时贴上这一段）")
+    assert ("条警告：这套配置会遇到的错误码" in out and "errmap explain N 显示每个错误码的原因和修复方法。" in out) or "没有预见到已知的失败" in out
+    en = errmap("doctor", "--", "trainer.n_gpus_per_node=8", env={**ZH, "LANG": "C.UTF-8"})
+    text = en.stdout.decode()
+    assert en.returncode == zh.returncode and text.startswith("Environment (paste this block into an issue)")
+    assert ("warning" in text and "errmap explain N shows the cause and fix of each code." in text) or "No known failure predicted" in text
+    assert not any(_han(line) for line in _outside_block(text))
+
+
+def test_click_usage_errors_in_chinese_and_english_unchanged():
+    zh = errmap("scan", "--no-such-option", P40_LOG, env=ZH)
+    err = zh.stderr.decode()
+    assert zh.returncode == 2 and zh.stdout == b""
+    assert "用法：" in err and "查看帮助。" in err and "错误：没有选项 '--no-such-option'。" in err
+    assert "Traceback" not in err and "Usage" not in err and "Error" not in err
+    # --lang speaks for the line it is on, though click reads it after the whole line parses
+    assert errmap("scan", "--lang", "zh", "--no-such-option", P40_LOG, env={**ZH, "LANG": "C"}).stderr.decode() == err
+    missing = errmap("explain", env=ZH)
+    assert missing.returncode == 2 and "错误：缺少参数 'QUERY'" in missing.stderr.decode()
+    choice = errmap("scan", "--format", "xml", P40_LOG, env=ZH).stderr.decode()
+    assert "'--format' 的值无效：'xml' 不是 " in choice and "之一。" in choice
+    en = errmap("scan", "--no-such-option", P40_LOG, env={**ZH, "LANG": "C.UTF-8"})
+    text = en.stderr.decode()
+    assert en.returncode == 2 and "Usage:" in text and "Error: No such option '--no-such-option'." in text
+    assert not _han(text)
+
+
 def test_cjk_columns_line_up_at_80():
     out = errmap("scan", "-v", "--lang", "zh", P40_LOG, env={"COLUMNS": "80"}).stdout.decode()
     links = [line for line in out.splitlines() if "https://" in line]
@@ -104,9 +145,11 @@ def test_a_broken_sidecar_names_its_file_and_line(tmp_path):
 def test_catalogue_covers_every_help_text():
     from errmap.cli import main
 
-    i18n.set_language("zh")
+    i18n.set_language("en")  # the texts as written (click's --help text is looked up when it is made)
     try:
-        missing = [t for t in i18n.help_texts(main) if i18n._(t) == t]
+        texts = i18n.help_texts(main)
+        i18n.set_language("zh")
+        missing = [t for t in texts if i18n._(t) == t]
     finally:
         i18n.set_language(None)
     assert missing == []
