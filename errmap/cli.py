@@ -164,7 +164,8 @@ def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmod.KB | 
         from errmap.translations import for_json
 
         for d in doc["diagnoses"]:
-            zh = for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"], d.get("framework"), diagnosis=True)
+            zh = for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"], d.get("framework"), diagnosis=True,
+                          gpu=d.get("gpu"))
             if zh is not None:
                 d["zh"] = zh
     if fmt in ("json", "text"):

@@ -228,6 +228,15 @@ def from_log(incidents: list, named: list[tuple[str, int, str]]) -> GPU | None:
     return gpu
 
 
+def from_json(d: dict[str, Any] | None) -> GPU | None:
+    """The GPU of a diagnosis's JSON `gpu` field, as the report made it."""
+    if not d or not d.get("name"):
+        return None
+    gpu = GPU(d["name"], d.get("source", "log"), d.get("capability"))
+    gpu.memory_seen = d.get("memory_seen")
+    return gpu
+
+
 def from_probe(names: Any, capabilities: Any) -> GPU | None:
     """This machine's first GPU from the gpu.names and gpu.capability facts (errmap.probes.gpu), when known."""
     if not (getattr(names, "known", False) and isinstance(names.value, list) and names.value):

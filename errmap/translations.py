@@ -122,15 +122,19 @@ def localize(entry, text: Text | None):
 
 
 def for_json(entry, text: Text | None, captures: dict[str, str] | None = None, stack: str | None = None,
-             diagnosis: bool = False) -> dict[str, Any] | None:
+             diagnosis: bool = False, gpu: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The Chinese text of a diagnosis or an entry as a JSON field of its own (None without one); a
-    diagnosis's steps are those of its run's stack, in the order of the English `fix`."""
+    diagnosis's steps are those of its run's stack and GPU (its JSON `gpu`), in the order of the English `fix`."""
     if text is None:
         return None
+    from errmap import gpus
     from errmap.stack import fitting
 
     zh = localize(entry, text)
-    steps = fitting(zh.fix, stack) if diagnosis else zh.fix
+    run_gpu = gpus.from_json(gpu)
+    steps = gpus.fitting(fitting(zh.fix, stack), run_gpu) if diagnosis else zh.fix
+    if diagnosis and run_gpu is not None:
+        captures = {**run_gpu.values(), **(captures or {})}
     return {
         "title": zh.title,
         "summary": zh.summary,
