@@ -185,13 +185,16 @@ class GPU:
 
     def describe(self) -> str:
         """'Tesla P40, compute capability 6.1, 24 GB' or 'Quadro X (not in errmap's GPU table)' for a header."""
+        from errmap.i18n import _
+
+        parts = [self.name]
+        if self.capability:
+            parts.append(_("compute capability {capability}").format(capability=self.capability))
         if self.model is None:
-            cap = f", compute capability {self.capability}" if self.capability else ""
-            return f"{self.name}{cap} ({NOT_IN_TABLE})"
-        parts = [self.name, f"compute capability {self.capability}"]
+            return _(", ").join(parts) + f" ({_(NOT_IN_TABLE)})"
         if self.model.memory_gb:
             parts.append(f"{self.model.memory_gb} GB")
-        return ", ".join(parts) + (" (--probe)" if self.source == "probe" else "")
+        return _(", ").join(parts) + (" (--probe)" if self.source == "probe" else "")
 
 
 def shown(conditions: tuple[str, ...], gpu: GPU | None) -> bool:
