@@ -13,6 +13,7 @@ import yaml
 from rich.console import Console
 from errmap.report import escape  # rich markup and terminal escapes of printed text
 
+from errmap import gpus
 from errmap.i18n import _
 from errmap.kb import KB, Entry
 from errmap.lines import ANSI
@@ -219,7 +220,8 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             if len(groups) > 1:
                 con.print(f"  [bold]{escape(stack or 'Any run')}[/]")
             for i, step in steps:
-                con.print(f"  {i}. {escape(e.fill(step.text))}")
+                when = f"[dim]({escape(gpus.label(step.gpu))})[/] " if getattr(step, "gpu", ()) else ""
+                con.print(f"  {i}. {when}{escape(e.fill(step.text))}")
 
     def why() -> None:
         con.print(f"  {escape(e.fill(e.cause))}")

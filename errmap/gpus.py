@@ -30,6 +30,13 @@ CONDITIONS = {
     "no-flash-attention-2": lambda a: None if a.flash_attention_2 is None else not a.flash_attention_2,
     "no-vllm-wheels": lambda a: None if a.vllm_wheels is None else not a.vllm_wheels,
 }
+# How `errmap explain` names each condition: "only on GPUs ..." / "not on GPUs ...".
+CONDITION_NAMES = {
+    "no-bf16": "without bf16",
+    "slow-fp16": "whose fp16 is slow",
+    "no-flash-attention-2": "without FlashAttention-2",
+    "no-vllm-wheels": "vLLM's wheels leave out",
+}
 # Placeholders a KB text may use for the run's GPU (filled only where known; see Entry.fill's [[ ]]).
 PLACEHOLDERS = ("gpu_name", "gpu_capability", "gpu_memory", "gpu_shared_memory", "gpu_architecture")
 
@@ -206,6 +213,18 @@ def shown(conditions: tuple[str, ...], gpu: GPU | None) -> bool:
         if held is not True if not negated else held is True:
             return False
     return True
+
+
+def label(conditions: tuple[str, ...]) -> str:
+    """'only on GPUs whose fp16 is slow; not on GPUs without bf16' for a step's conditions ('' for none)."""
+    from errmap.i18n import _
+
+    out = []
+    for c in conditions:
+        base = c.removeprefix("not ")
+        what = _(CONDITION_NAMES.get(base, base))
+        out.append((_("not on GPUs {what}") if c.startswith("not ") else _("only on GPUs {what}")).format(what=what))
+    return _("; ").join(out)
 
 
 def fitting(items: list, gpu: GPU | None) -> list:
