@@ -112,6 +112,14 @@ def table() -> Table:
         return Table({}, ())
 
 
+_NAMED = tuple(lit for lit in LITERALS if lit != b" 0000")
+
+
+def worth(raw: bytes) -> bool:
+    """A cheap test of a line's bytes before it is decoded: a known name's prefix, or a table row."""
+    return any(lit in raw for lit in _NAMED) or raw.lstrip().startswith(b"|")
+
+
 def named_in(text: str) -> str | None:
     """The GPU a line names: a known model, or the name in an nvidia-smi table row."""
     if (m := table().finder.search(text)) is not None:

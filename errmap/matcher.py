@@ -310,7 +310,7 @@ class Scanner:
             for i in ids:
                 if i <= _STACK:
                     events += self._named(_STACKS[_STACK - i], lineno, raw)
-            if _GPU in ids and not self._gpu:
+            if _GPU in ids and not self._gpu and gpus.worth(raw):
                 line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""))
                 if (name := gpus.named_in(line.text)) is not None:
                     self._gpu = True

@@ -139,3 +139,10 @@ def test_kb_check_reports_a_broken_gpu_table_with_its_line(tmp_path):
     assert f"{bad}:{first_mem}: gpus.0.memory_gb: Input should be greater than 0" in problems, problems
     assert any(p.startswith(f"{bad}:") and "architectures.1.capability" in p for p in problems), problems
     assert gpu_table_problems(gpus.table_path()) == []
+
+
+def test_watch_prints_the_gpu_steps_as_the_failure_arrives():
+    proc = errmap("watch", "--format", "text", input=P40.read_bytes())
+    text = proc.stdout.decode() + proc.stderr.decode()
+    assert "verl on the Tesla P40: run the rollout and the FSDP workers in fp32" in text, text
+    assert "dtype=float16" not in text and "--dtype half" not in text
