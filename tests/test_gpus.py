@@ -146,3 +146,10 @@ def test_watch_prints_the_gpu_steps_as_the_failure_arrives():
     text = proc.stdout.decode() + proc.stderr.decode()
     assert "verl on the Tesla P40: run the rollout and the FSDP workers in fp32" in text, text
     assert "dtype=float16" not in text and "--dtype half" not in text
+
+
+def test_triton_shared_memory_on_a_p40_from_its_nvidia_smi_table():
+    (d,) = scan_json(FIXTURES / "1012" / "p40-nvidia-smi-then-prefix-prefill.log")["diagnoses"]
+    assert d["errno"] == 1012 and d["captures"]["limit"] == "49152"
+    assert d["gpu"]["name"] == "Tesla P40" and d["gpu"]["line"] == 9 and d["gpu"]["shared_memory_per_block"] == 49152
+    assert "The GPU in this log is the Tesla P40 (compute capability 6.1), whose opt-in maximum is 49152 bytes per block." in d["cause"]
