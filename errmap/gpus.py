@@ -51,6 +51,7 @@ class Architecture:
     shared_memory_per_block: int | None = None  # opt-in maximum, bytes
     flash_attention_2: bool | None = None
     vllm_wheels: bool | None = None
+    torch_wheels: tuple[str, ...] = ()  # CUDA builds of current PyTorch wheels with kernels for it
     sources: tuple[str, ...] = ()
 
 
@@ -71,7 +72,8 @@ class Table:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Table:
-        archs = {a["capability"]: Architecture(**{**a, "sources": tuple(a.get("sources", ()))}) for a in data["architectures"]}
+        archs = {a["capability"]: Architecture(**{**a, "sources": tuple(a.get("sources", ())),
+                                                  "torch_wheels": tuple(a.get("torch_wheels", ()))}) for a in data["architectures"]}
         return cls(archs, tuple(Model(**{**m, "names": tuple(m["names"])}) for m in data["gpus"]))
 
     def model(self, name: str) -> Model | None:
@@ -193,7 +195,8 @@ class GPU:
                                           ("tensor_cores", arch.tensor_cores),
                                           ("shared_memory_per_block", arch.shared_memory_per_block),
                                           ("flash_attention_2", arch.flash_attention_2),
-                                          ("vllm_wheels", arch.vllm_wheels)) if v is not None})
+                                          ("vllm_wheels", arch.vllm_wheels),
+                                          ("torch_wheels", list(arch.torch_wheels) or None)) if v is not None})
         out["sources"] = list(dict.fromkeys([self.model.source, *([self.model.memory_source] if self.model.memory_source else []),
                                              *(arch.sources if arch else ())]))
         return out

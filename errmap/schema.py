@@ -204,6 +204,7 @@ class Architecture(BaseModel):
     shared_memory_per_block: int | None = Field(default=None, gt=0, description="opt-in maximum per thread block, bytes")
     flash_attention_2: bool | None = None
     vllm_wheels: bool | None = None
+    torch_wheels: list[Annotated[str, Field(pattern=r"^cu\d+$")]] = Field(default_factory=list)
     sources: list[Annotated[str, Field(pattern=r"^https://\S+$")]] = Field(min_length=1)
 
 
