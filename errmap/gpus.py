@@ -22,6 +22,7 @@ NOT_IN_TABLE = "not in errmap's GPU table"
 # What a line shows of a GPU: a known model's name as NVML/torch print it (the words before the model
 # number, or "NVIDIA "), or any name in an nvidia-smi table row ("|   0  NVIDIA H200   On  |   00000000:19:00.0 Off |").
 LITERALS = (b"NVIDIA ", b"Tesla ", b"GeForce ", b" 0000")
+SMI_ROW_MAX = 512  # characters: a table row is about 90; its lazy name would backtrack quadratically on a long line
 SMI_ROW = regex.compile(r"^\|\s+\d+\s+(?P<name>\S.*?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
 # Conditions a fix step can put on the GPU (schema.Step.gpu); each may be negated with "not ".
 CONDITIONS = {
@@ -126,7 +127,7 @@ def named_in(text: str) -> str | None:
     """The GPU a line names: a known model, or the name in an nvidia-smi table row."""
     if (m := table().finder.search(text)) is not None:
         return m["name"]
-    if (m := SMI_ROW.match(text.strip())) is not None:
+    if len(text) <= SMI_ROW_MAX and (m := SMI_ROW.match(text.strip())) is not None:
         return m["name"]
     return None
 

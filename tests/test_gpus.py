@@ -153,3 +153,11 @@ def test_triton_shared_memory_on_a_p40_from_its_nvidia_smi_table():
     assert d["errno"] == 1012 and d["captures"]["limit"] == "49152"
     assert d["gpu"]["name"] == "Tesla P40" and d["gpu"]["line"] == 9 and d["gpu"]["shared_memory_per_block"] == 49152
     assert "The GPU in this log is the Tesla P40 (compute capability 6.1), whose opt-in maximum is 49152 bytes per block." in d["cause"]
+
+
+def test_a_hostile_long_table_like_line_is_no_gpu(tmp_path):
+    line = "|   0  x" + " On " * 250_000
+    assert gpus.named_in(line) is None
+    log = tmp_path / "wide.log"
+    log.write_text(line + "\nNVIDIA " + "H2" * 300_000 + "\n")
+    assert scan_json(log)["gpu"] is None
