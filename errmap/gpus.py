@@ -20,10 +20,12 @@ import regex
 TABLE = "gpus.yaml"
 NOT_IN_TABLE = "not in errmap's GPU table"
 # What a line shows of a GPU: a known model's name as NVML/torch print it (the words before the model
-# number, or "NVIDIA "), or any name in an nvidia-smi table row ("|   0  NVIDIA H200   On  |   00000000:19:00.0 Off |").
-LITERALS = (b"NVIDIA ", b"Tesla ", b"GeForce ", b" 0000")
+# number, or "NVIDIA "), or any name in an nvidia-smi table row, whose persistence and display columns
+# always end one way or the other ("|   0  NVIDIA H200   On  |   00000000:19:00.0 Off |").
+_NAMED = (b"NVIDIA ", b"Tesla ", b"GeForce ")
+LITERALS = (*_NAMED, b" Off |", b" On |")
 SMI_ROW_MAX = 512  # characters: a table row is about 90; its lazy name would backtrack quadratically on a long line
-SMI_ROW = regex.compile(r"^\|\s+\d+\s+(?P<name>\S.*?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
+SMI_ROW = regex.compile(r"(?:^|(?<=\s))\|\s+\d+\s+(?P<name>\S.*?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
 # Conditions a fix step can put on the GPU (schema.Step.gpu); each may be negated with "not ".
 CONDITIONS = {
     "no-bf16": lambda a: None if a.bf16 is None else not a.bf16,
@@ -115,20 +117,14 @@ def table() -> Table:
         return Table({}, ())
 
 
-_NAMED = tuple(lit for lit in LITERALS if lit != b" 0000")
-
-
-def worth(raw: bytes) -> bool:
-    """A cheap test of a line's bytes before it is decoded: a known name's prefix, or a table row."""
-    return any(lit in raw for lit in _NAMED) or raw.lstrip().startswith(b"|")
-
-
-def named_in(text: str) -> str | None:
-    """The GPU a line names: a known model, or the name in an nvidia-smi table row."""
-    if (m := table().finder.search(text)) is not None:
+def named_in(raw: bytes) -> str | None:
+    """The GPU a line names (its bytes, prefixes and all): a known model, or the name in an nvidia-smi
+    table row. Cheap byte tests first: most lines that reach here name none."""
+    if any(lit in raw for lit in _NAMED) and (m := table().finder.search(raw.decode("utf-8", "replace"))) is not None:
         return m["name"]
-    if len(text) <= SMI_ROW_MAX and (m := SMI_ROW.match(text.strip())) is not None:
-        return m["name"]
+    if len(raw) <= SMI_ROW_MAX and (b" Off |" in raw or b" On |" in raw):
+        if (m := SMI_ROW.search(raw.decode("utf-8", "replace"))) is not None:
+            return m["name"]
     return None
 
 

@@ -310,11 +310,9 @@ class Scanner:
             for i in ids:
                 if i <= _STACK:
                     events += self._named(_STACKS[_STACK - i], lineno, raw)
-            if _GPU in ids and not self._gpu and gpus.worth(raw):
-                line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""))
-                if (name := gpus.named_in(line.text)) is not None:
-                    self._gpu = True
-                    events.append(GpuNamed(line, name))
+            if _GPU in ids and not self._gpu and (name := gpus.named_in(raw)) is not None:
+                self._gpu = True
+                events.append(GpuNamed(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), name))
             if not any(i >= _GENERIC for i in ids):
                 continue  # a frame or a traceback header only: recorded, nothing to match
             if self._open is not None and _failure_shaped(raw):

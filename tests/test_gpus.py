@@ -118,13 +118,13 @@ def test_chinese_json_steps_follow_the_gpu():
 
 
 def test_names_as_lines_print_them():
-    assert gpus.named_in("|   0  NVIDIA GeForce RTX 3090        Off | 00000000:01:00.0 Off |                  N/A |") == "NVIDIA GeForce RTX 3090"
-    assert gpus.named_in("|   0  Tesla P40           Off  | 00000000:04:00.0 Off |                    0 |") == "Tesla P40"
-    assert gpus.named_in("|   0  Quadro RTX 8000     Off  | 00000000:3B:00.0 Off |                  Off |") == "Quadro RTX 8000"
-    assert gpus.named_in("torch 2.11.0+cu130, GPU NVIDIA H200 sm_90, TORCH_CUDA_ARCH_LIST=8.0") == "NVIDIA H200"
+    assert gpus.named_in(b"|   0  NVIDIA GeForce RTX 3090        Off | 00000000:01:00.0 Off |                  N/A |") == "NVIDIA GeForce RTX 3090"
+    assert gpus.named_in(b"|   0  Tesla P40           Off  | 00000000:04:00.0 Off |                    0 |") == "Tesla P40"
+    assert gpus.named_in(b"|   0  Quadro RTX 8000     Off  | 00000000:3B:00.0 Off |                  Off |") == "Quadro RTX 8000"
+    assert gpus.named_in(b"torch 2.11.0+cu130, GPU NVIDIA H200 sm_90, TORCH_CUDA_ARCH_LIST=8.0") == "NVIDIA H200"
     # a model the table lacks is never read as its shorter neighbour, and plain words are no GPU
-    assert gpus.named_in("running on NVIDIA GeForce RTX 3090 Ti") is None
-    assert gpus.named_in("install the NVIDIA driver 535 and a T4 or an A10") is None
+    assert gpus.named_in(b"running on NVIDIA GeForce RTX 3090 Ti") is None
+    assert gpus.named_in(b"install the NVIDIA driver 535 and a T4 or an A10") is None
     assert gpus.GPU("b'Tesla T4'", "log").capability == "7.5"
     assert gpus.GPU("NVIDIA H100 80GB HBM3", "log").model.name == "NVIDIA H100 SXM"
 
@@ -157,7 +157,7 @@ def test_triton_shared_memory_on_a_p40_from_its_nvidia_smi_table():
 
 def test_a_hostile_long_table_like_line_is_no_gpu(tmp_path):
     line = "|   0  x" + " On " * 250_000
-    assert gpus.named_in(line) is None
+    assert gpus.named_in(line.encode()) is None
     log = tmp_path / "wide.log"
     log.write_text(line + "\nNVIDIA " + "H2" * 300_000 + "\n")
     assert scan_json(log)["gpu"] is None
