@@ -291,7 +291,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         opens = n == 1 or inc.run != tops[n - 2][0].run
         if len(runs) > 1 and opens:
             files = [s.path for s in report.sources if s.run == inc.run]
-            what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), files[0] if files else "",
+            what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
                                          f"and {len(files) - 1} more file{'s' if len(files) > 2 else ''}" if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
             con.print(f"[bold]{run}[/] [dim]({escape(what)})[/]")
