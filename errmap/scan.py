@@ -37,21 +37,24 @@ def feed(triage: Triage, events: Iterable[Event], on_new: OnNew | None = None) -
 def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew | None = None,
                 echo: Callable[[bytes], None] | None = None) -> None:
     """Stream one source into the triage (passing each chunk to `echo` first); record an input error on the
-    source instead of raising. Interrupted, it still reads the unfinished last line and counts the lines."""
+    source instead of raising. Interrupted, it still reads the unfinished last line and counts the lines,
+    each once (a Ctrl-C while a diagnosis is printed does not read its chunk again)."""
     scanner: Scanner = matcher.scanner(source.path)
-    last, unread = b"\n", b""
+    last, unread, pending = b"\n", b"", iter(())
     try:
         for chunk in source.chunks():
             unread, last = chunk, chunk[-1:] or last
             if echo is not None:
                 echo(chunk)
-            feed(triage, scanner.feed(chunk), on_new)
+            pending = iter(scanner.feed(chunk))
             unread = b""
+            feed(triage, pending, on_new)
     except InputError as exc:
         source.error = exc.reason
     finally:
         if unread:  # interrupted between reading a chunk and matching it
-            feed(triage, scanner.feed(unread), on_new)
+            pending = iter(scanner.feed(unread))
+        feed(triage, pending, on_new)  # interrupted while showing one: the chunk's events after it, never the chunk again
         feed(triage, scanner.finish(), on_new)
         source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
 
