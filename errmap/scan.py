@@ -37,24 +37,23 @@ def feed(triage: Triage, events: Iterable[Event], on_new: OnNew | None = None) -
 def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew | None = None,
                 echo: Callable[[bytes], None] | None = None) -> None:
     """Stream one source into the triage (passing each chunk to `echo` first); record an input error on the
-    source instead of raising. Interrupted, it still reads the unfinished last line and counts the lines,
-    each once (a Ctrl-C while a diagnosis is printed does not read its chunk again)."""
+    source instead of raising. Interrupted, it still reads the unfinished last line and counts the lines."""
     scanner: Scanner = matcher.scanner(source.path)
-    last, unread, pending = b"\n", b"", iter(())
+    last, unread = b"\n", b""
+    events: Iterator[Event] = iter(())
     try:
         for chunk in source.chunks():
             unread, last = chunk, chunk[-1:] or last
             if echo is not None:
                 echo(chunk)
-            pending = iter(scanner.feed(chunk))
-            unread = b""
-            feed(triage, pending, on_new)
+            events, unread = iter(scanner.feed(chunk)), b""
+            feed(triage, events, on_new)
     except InputError as exc:
         source.error = exc.reason
     finally:
+        feed(triage, events, on_new)  # what an interrupt while printing a diagnosis left of the chunk's events
         if unread:  # interrupted between reading a chunk and matching it
-            pending = iter(scanner.feed(unread))
-        feed(triage, pending, on_new)  # interrupted while showing one: the chunk's events after it, never the chunk again
+            feed(triage, scanner.feed(unread), on_new)
         feed(triage, scanner.finish(), on_new)
         source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
 
