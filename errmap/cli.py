@@ -169,7 +169,8 @@ def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmod.KB | 
         from errmap.translations import for_json
 
         for d in doc["diagnoses"]:
-            zh = for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"], d.get("framework"), diagnosis=True)
+            zh = for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"], d.get("framework"), diagnosis=True,
+                          gpu=d.get("gpu"))
             if zh is not None:
                 d["zh"] = zh
     if fmt in ("json", "text"):
@@ -190,9 +191,10 @@ def _save_report(report: Report, fmt: str, path: str | None, more: dict | None =
         sys.exit(EXIT_INPUT)
 
 
-def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = None,
+def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], dict] | None = None,
           verbose: bool = False) -> Callable[[Incident | Residue], None]:
-    """What watch and run print the moment a new incident or unrecognized error appears."""
+    """What watch and run print the moment a new incident or unrecognized error appears (with the GPU
+    the log has named so far)."""
 
     def on_new(item: Incident | Residue) -> None:
         if fmt == "json":
@@ -204,9 +206,9 @@ def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = Non
                 layout.block(out, "[yellow]errmap: unrecognized error[/] ",
                              f"[cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
         else:
-            d = diagnose(item)
-            if extra is not None:
-                d.update(extra(item))
+            probed = extra(item) if extra is not None else {}
+            d = diagnose(item, gpu=report.gpu(item.run))
+            d.update(probed)
             if fmt == "jsonl":
                 from errmap.formats import jsonl
 
@@ -244,7 +246,7 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
     sniffer = verify.sniff([source]) if probe and not follow_path else None
     settings = (lambda: sniffer.settings) if sniffer is not None else (lambda: verify.sniff_file(follow_path))
     probed = _prober(report, settings, data_file, model_dir) if probe else None
-    on_new = _live(_console(stderr=passthrough), fmt, probed, verbose)
+    on_new = _live(_console(stderr=passthrough), fmt, report, probed, verbose)
     signal.signal(signal.SIGTERM, _stop)  # a summary on SIGTERM too, as on Ctrl-C
     if not follow_path and sys.stdin is not None and sys.stdin.isatty():
         _console(stderr=True).print(
@@ -288,7 +290,9 @@ def _prober(report: Report, settings: Callable[[], dict], data_file: str | None,
     def probed(inc: Incident) -> dict:
         nonlocal prober
         if inc.fingerprint not in report.extra:
-            prober = prober or verify.prober_for(settings(), data_file, model_dir)
+            if prober is None:
+                prober = verify.prober_for(settings(), data_file, model_dir)
+                report.probed_gpu = verify.probed_gpu(prober)
             report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()
         return report.extra[inc.fingerprint]
 
@@ -335,7 +339,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
 
     settings = lambda: verify.sniff_file(log_path) if log_path else {}  # noqa: E731
     probed = _prober(report, settings, data_file, model_dir) if probe else None
-    on_new = _live(_console(stderr=True), fmt, probed, verbose)
+    on_new = _live(_console(stderr=True), fmt, report, probed, verbose)
     try:
         log = open(log_path, "wb") if log_path else None
     except OSError as exc:

@@ -229,7 +229,9 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     from errmap.explain import HEADINGS, MANY, doctor_lines, find_example, probe_lines, related_groups
     from errmap.i18n import _
 
-    names = e.captures
+    from errmap import gpus
+
+    names = e.captures | set(gpus.PLACEHOLDERS)
 
     def means() -> list[str]:
         return [prose(e.summary), ""] + ([f"**{_('Applies to:')}** {prose(e.applies_to)}", ""] if e.applies_to else [])
@@ -237,7 +239,8 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     def fix() -> list[str]:
         # One list, grouped: the general steps, then each stack's, marked with the stack's name.
         groups = e.steps_by_stack()
-        return [f"{n}. " + (f"**{text(stack)}:** " if stack and len(groups) > 1 else "") + prose(step.text, names)
+        return [f"{n}. " + (f"**{text(stack)}:** " if stack and len(groups) > 1 else "")
+                + (f"*({text(gpus.label(step.gpu))})* " if step.gpu else "") + prose(step.text, names)
                 for n, (stack, step) in enumerate(((stack, step) for stack, steps in groups for _, step in steps), 1)] + [""]
 
     def why() -> list[str]:

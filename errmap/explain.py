@@ -14,6 +14,7 @@ from rich.console import Console
 from errmap.layout import block, row
 from errmap.report import escape  # rich markup and terminal escapes of printed text
 
+from errmap import gpus
 from errmap.i18n import _
 from errmap.kb import KB, PLACEHOLDER, Entry
 from errmap.lines import ANSI
@@ -270,7 +271,8 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
                 block(con, "  ", f"[bold]{escape(stack or 'Any run')}[/]")
             digits = len(str(steps[-1][0]))
             for i, step in steps:
-                block(con, f"  {i:>{digits}}. ", escape(e.fill(step.text)))
+                when = f"[dim]({escape(gpus.label(step.gpu))})[/] " if getattr(step, "gpu", ()) else ""
+                block(con, f"  {i:>{digits}}. ", when + escape(e.fill(step.text)))
 
     def why() -> None:
         block(con, "  ", escape(e.fill(e.cause)))

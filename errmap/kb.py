@@ -88,13 +88,16 @@ def _stacks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Step:
-    """One fix step; `stack` names the stacks it is for, empty when it is general."""
+    """One fix step; `stack` names the stacks it is for, empty when it is general; `gpu` the conditions
+    on the run's GPU (errmap.gpus.shown), empty for any GPU."""
 
     text: str
     stack: tuple[str, ...] = ()
+    gpu: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stack", _stacks(self.stack))
+        object.__setattr__(self, "gpu", _stacks(self.gpu))
 
 
 @dataclass(frozen=True)
@@ -222,7 +225,9 @@ class Entry:
         Without captures (`errmap explain`, the docs) the text is a template: fragments stay and
         placeholders show as <name>.
         """
-        names = self.captures
+        from errmap.gpus import PLACEHOLDERS
+
+        names = self.captures | set(PLACEHOLDERS)
         if captures is None:
             text = OPTIONAL.sub(r"\1", text)
             captures = {}

@@ -7,8 +7,7 @@ import time
 from pathlib import Path
 
 from errmap import kb as kbmod
-from errmap import predict
-from errmap import translations
+from errmap import gpus, predict, translations
 
 GLOSSARY = "glossary.yaml"  # kb/glossary.yaml: the standard Chinese terms
 
@@ -85,9 +84,30 @@ def check(user_dirs: list[Path]) -> list[str]:
         zh.update(kbmod._translations(folder, found, problems))
     problems += kbmod.cross_check(entries)
     problems += predict.read_defaults(kbmod.official_dir() / predict.DEFAULTS_FILE)[1]
+    problems += gpu_table_problems(kbmod.official_dir() / gpus.TABLE)
     glossary = translations.Glossary.load(kbmod.official_dir() / GLOSSARY)
     for entry in entries.values():
         problems += slow_anchors(entry)
         if entry.errno in kbmod.OFFICIAL_RANGE or entry.errno in zh:  # a user entry may stay English-only
             problems += translations.problems(entry, zh.get(entry.errno), glossary)
     return problems
+
+
+def gpu_table_problems(path: Path) -> list[str]:
+    """kb/gpus.yaml against errmap.schema.GpuTable, each problem as file:line."""
+    from pydantic import ValidationError
+
+    from errmap.schema import GpuTable
+
+    try:
+        text = kbmod._read(path)
+        GpuTable.model_validate(kbmod._parse(path, text))
+    except kbmod.KBError as exc:
+        return exc.problems
+    except ValidationError as exc:
+        import yaml
+
+        lines = kbmod._line_map(yaml.compose(text, Loader=kbmod._Loader))
+        return [f"{path}:{kbmod._line_of(lines, tuple(e['loc']))}: {'.'.join(map(str, e['loc'])) or 'table'}: {e['msg']}"
+                for e in exc.errors()]
+    return []

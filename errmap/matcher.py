@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import regex
 
+from errmap import gpus
 from errmap.kb import KB, USER_RANGE, Anchor, Entry
 from errmap.lines import ANSI, Line, peel
 from errmap.prefilter import build
@@ -60,8 +61,8 @@ FRAME_WINDOW = 200  # lines: a frame rule looks this far back for the failure's 
 CONTINUED, CONTINUED_MAX = 3, 2048
 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
-_GENERIC, _FRAME, _TRACEBACK = -1, -2, -3
-_STACK = -4  # _STACK - k: the k-th of stack.LITERALS
+_GENERIC, _FRAME, _TRACEBACK, _GPU = -1, -2, -3, -4
+_STACK = -5  # _STACK - k: the k-th of stack.LITERALS
 _STACKS = list(STACK_LITERALS.values())
 _GENERIC_ONLY = {_GENERIC}
 # "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
@@ -107,7 +108,15 @@ class Named:
     stack: str
 
 
-Event = Match | Unrecognized | Named
+@dataclass(slots=True)
+class GpuNamed:
+    """The first line of a source that names a GPU (gpus.py)."""
+
+    line: Line
+    name: str
+
+
+Event = Match | Unrecognized | Named | GpuNamed
 
 
 class Matcher:
@@ -128,6 +137,8 @@ class Matcher:
         literals.setdefault(TRACEBACK_LITERAL, set()).add(_TRACEBACK)
         for k, lit in enumerate(STACK_LITERALS):
             literals.setdefault(lit, set()).add(_STACK - k)
+        for lit in gpus.LITERALS:
+            literals.setdefault(lit, set()).add(_GPU)
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
         self.prefilter = build(self.literals)
@@ -210,6 +221,7 @@ class Scanner:
     _frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=64), repr=False)
     _open: tuple[int, bytes] | None = field(default=None, repr=False)  # a traceback header no failure has followed yet
     _stacks: set[str] = field(default_factory=set, repr=False)  # stacks named so far
+    _gpu: bool = field(default=False, repr=False)  # whether a GPU was named yet
 
     def feed(self, chunk: bytes) -> list[Event]:
         events: list[Event] = []
@@ -298,6 +310,9 @@ class Scanner:
             for i in ids:
                 if i <= _STACK:
                     events += self._named(_STACKS[_STACK - i], lineno, raw)
+            if _GPU in ids and not self._gpu and (name := gpus.named_in(raw)) is not None:
+                self._gpu = True
+                events.append(GpuNamed(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), name))
             if not any(i >= _GENERIC for i in ids):
                 continue  # a frame or a traceback header only: recorded, nothing to match
             if self._open is not None and _failure_shaped(raw):

@@ -16,6 +16,8 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape as _markup
 
+from errmap import gpus
+from errmap.gpus import GPU
 from errmap.i18n import _, ngettext, pad
 from errmap.kb import STACKS
 from errmap.layout import block, row
@@ -58,9 +60,11 @@ def _evidence(line: Line) -> dict[str, Any]:
     return out
 
 
-def diagnose(inc: Incident, stack: str | None = None) -> dict[str, Any]:
-    """One incident as a diagnosis of the JSON contract, its fix steps and links for the run's `stack`."""
+def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None) -> dict[str, Any]:
+    """One incident as a diagnosis of the JSON contract, its fix steps and links for the run's `stack`,
+    its texts filled and its steps chosen with what is known of the run's `gpu`."""
     e, caps = inc.entry, inc.captures
+    values = {**(gpu.values() if gpu else {}), **caps}
     return {
         "errno": e.errno,
         "slug": e.slug,
@@ -76,10 +80,11 @@ def diagnose(inc: Incident, stack: str | None = None) -> dict[str, Any]:
         "evidence": [_evidence(line) for line in inc.evidence],
         "captures": caps,
         "summary": e.summary,
-        "cause": e.fill(e.cause, caps),
+        "cause": e.fill(e.cause, values),
         "run": inc.run or None,
         "framework": stack,
-        "fix": [e.fill(step.text, caps) for step in fitting(e.fix, stack)],
+        "gpu": gpu.to_json() if gpu else None,
+        "fix": [e.fill(step.text, values) for step in gpus.fitting(fitting(e.fix, stack), gpu)],
         "links": [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(link).items() if v not in (None, ())}
                   for link in fitting(e.links, stack)],
         "caused_by": inc.cause.entry.errno if inc.cause else None,
@@ -101,6 +106,7 @@ class Report:
     status: int | None = None  # `errmap run`: the command's exit status (128+N for signal N)
     forced: bool = False  # `errmap run` killed the command itself, after a second Ctrl-C
     exits: dict[str, tuple[int, str]] = field(default_factory=dict)  # signal -> (errno, says): KB.exit_causes()
+    probed_gpu: GPU | None = None  # this machine's GPU as --probe read it: wins over what the logs say
 
     def command(self) -> dict[str, Any] | None:
         """How the command of `errmap run` ended; a signal that nothing in its output explains points at
@@ -118,8 +124,11 @@ class Report:
 
     def ranked(self) -> list[tuple[Incident, dict[str, Any]]]:
         out = []
+        of_run: dict[str, GPU | None] = {}
         for inc in self.triage.ranked():
-            d = diagnose(inc, self.framework(inc.files))
+            if inc.run not in of_run:
+                of_run[inc.run] = self.gpu(inc.run)
+            d = diagnose(inc, self.framework(inc.files), of_run[inc.run])
             d.update(self.extra.get(inc.fingerprint, {}))
             out.append((inc, d))
         return out
@@ -132,6 +141,15 @@ class Report:
         """The stack that wrote these files (all files when none are given), from what their lines name."""
         stacks = self.triage.stacks
         return framework(set().union(*(stacks.get(f, set()) for f in (stacks if files is None else files))))
+
+    def gpu(self, run: str | None = None) -> GPU | None:
+        """The GPU of a run (of all the logs when None): --probe's, else the one the run's logs name."""
+        if self.probed_gpu is not None:
+            return self.probed_gpu
+        t = self.triage
+        incidents = sorted((i for i in t.incidents.values() if run is None or i.run == run), key=lambda i: i.order)
+        files = [s.path for s in self.sources if run is None or t.runs.get(s.path, "") == run]
+        return gpus.from_log(incidents, [(f, *t.gpus[f]) for f in dict.fromkeys(files) if f in t.gpus])
 
     def exit_code(self) -> int:
         if self.errors:
@@ -151,6 +169,7 @@ class Report:
         return {
             "version": JSON_VERSION,
             "framework": self.framework(),
+            "gpu": g.to_json() if len({s.run for s in self.sources}) < 2 and (g := self.gpu()) else None,
             "sources": sources,
             "diagnoses": self.diagnoses,
             "unrecognized": [_residue(r) for r in self.triage.unrecognized()],
@@ -264,6 +283,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     dicts = {id(inc): d for inc, d in ranked}
     runs = list(dict.fromkeys(inc.run for inc, _ in tops))
     stack = f"{STACKS[fw]}; " if len(runs) < 2 and (fw := report.framework()) else ""
+    stack += f"{escape(g.describe())}; " if len(runs) < 2 and (g := report.gpu()) else ""
     if tops:
         heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
         block(con, "", f"[bold]{heading}[/] [dim]({stack}{scanned}; {_('root cause first')})[/]")
@@ -280,7 +300,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         opens = n == 1 or inc.run != tops[n - 2][0].run
         if len(runs) > 1 and opens:
             files = [s.path for s in report.sources if s.run == inc.run]
-            what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), files[0] if files else "",
+            what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
                                          f"and {len(files) - 1} more file{'s' if len(files) > 2 else ''}" if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
             block(con, f"[bold]{run}[/] ", f"[dim]({escape(what)})[/]")

@@ -7,7 +7,7 @@ with a warm cache never imports pydantic. `errmap.kb` holds the plain runtime ty
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
 import regex
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -82,20 +82,27 @@ class Anchor(BaseModel):
 Stack = Literal["verl", "trl", "openrlhf", "llamafactory", "deepspeed", "serving", "pytorch"]
 
 
+# What a fix step can ask of the run's GPU (errmap.gpus.CONDITIONS), as kb/gpus.yaml tells it; "not X" negates.
+GpuCondition = Literal["no-bf16", "slow-fp16", "no-flash-attention-2", "no-vllm-wheels",
+                       "not no-bf16", "not slow-fp16", "not no-flash-attention-2", "not no-vllm-wheels"]
+
+
 class Step(BaseModel):
-    """One fix step: its text and the stack(s) it is for; without `stack` it is general."""
+    """One fix step: its text, the stack(s) it is for (without `stack` it is general) and the GPU it is
+    for (`gpu`: "X" shows it only where the run's GPU is known to be X, "not X" hides it there)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     text: str = Field(min_length=3)
     stack: list[Stack] = Field(default_factory=list, description="the stack(s) this step is for; none: any run")
+    gpu: list[GpuCondition] = Field(default_factory=list, description="conditions on the run's GPU; none: any GPU")
 
     @model_validator(mode="before")
     @classmethod
     def _plain_text(cls, value: object) -> object:
         return {"text": value} if isinstance(value, str) else value  # a plain string is a general step
 
-    _one_stack = field_validator("stack", mode="before")(lambda v: [v] if isinstance(v, str) else v)
+    _one_stack = field_validator("stack", "gpu", mode="before")(lambda v: [v] if isinstance(v, str) else v)
 
 
 class Link(BaseModel):
@@ -305,17 +312,77 @@ class Entry(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Entry:
+        from errmap.gpus import PLACEHOLDERS
+
         names = self.captures
         for k in self.key:
             if k not in names:
                 raise ValueError(f"key {k!r} is not a capture of any anchor")
         for text in [self.cause, *(s.text for s in self.fix)]:
             for name in PLACEHOLDER.findall(text):
-                if name not in names:
+                if name not in names and name not in PLACEHOLDERS:
                     raise ValueError(f"placeholder {{{name}}} is not a capture of any anchor")
         for check in self.checks:
             if check.capture and check.capture not in names:
                 raise ValueError(f"check capture {check.capture!r} is not a capture of any anchor")
         if self.errno in self.caused_by:
             raise ValueError("an entry cannot be caused by itself")
+        return self
+
+
+# ---------------------------------------------------------------- kb/gpus.yaml
+
+
+class Architecture(BaseModel):
+    """What follows from a compute capability, with the pages that say so."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    capability: str = Field(pattern=r"^\d+\.\d+$")
+    architecture: str = Field(min_length=3)
+    bf16: bool | None = None
+    fp16: Literal["full", "slow", "tensor"] | None = None
+    tensor_cores: bool | None = None
+    shared_memory_per_block: int | None = Field(default=None, gt=0, description="opt-in maximum per thread block, bytes")
+    flash_attention_2: bool | None = None
+    vllm_wheels: bool | None = None
+    torch_wheels: list[Annotated[str, Field(pattern=r"^cu\d+$")]] = Field(default_factory=list)
+    sources: list[Annotated[str, Field(pattern=r"^https://\S+$")]] = Field(min_length=1)
+
+
+class Model(BaseModel):
+    """One GPU model: the names NVML/torch print for it, its compute capability, its memory where sourced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=2)
+    names: list[str] = Field(min_length=1, description="patterns of the whole printed name, without a leading 'NVIDIA '")
+    capability: str = Field(pattern=r"^\d+\.\d+$")
+    source: str = Field(pattern=r"^https://\S+$")
+    memory_gb: int | None = Field(default=None, gt=0)
+    memory_source: str | None = Field(default=None, pattern=r"^https://\S+$")
+
+    @field_validator("names")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        for p in value:
+            try:
+                regex.compile(p)
+            except regex.error as exc:
+                raise ValueError(f"pattern {p!r} does not compile: {exc}") from None
+        return value
+
+
+class GpuTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    architectures: list[Architecture] = Field(min_length=1)
+    gpus: list[Model] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuTable:
+        caps = {a.capability for a in self.architectures}
+        for m in self.gpus:
+            if m.capability not in caps:
+                raise ValueError(f"{m.name}: no architecture row for compute capability {m.capability}")
         return self

@@ -121,7 +121,7 @@ def localize(entry, text: Text | None):
     if len(text.says) == len(entry.checks):
         checks = tuple(dataclasses.replace(c, says=s) for c, s in zip(entry.checks, text.says))
     predicts = entry.predicts
-    if len(text.predicts) == len(sentences := predict_sentences(entry)):
+    if len(text.predicts) == len(predict_sentences(entry)):
         zh = iter(text.predicts)
         predicts = tuple(dataclasses.replace(p, says=next(zh) if isinstance(p.says, str) else {case: next(zh) for case in p.says})
                          for p in entry.predicts)
@@ -140,15 +140,19 @@ def predict_sentences(entry) -> list[str]:
 
 
 def for_json(entry, text: Text | None, captures: dict[str, str] | None = None, stack: str | None = None,
-             diagnosis: bool = False) -> dict[str, Any] | None:
+             diagnosis: bool = False, gpu: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The Chinese text of a diagnosis or an entry as a JSON field of its own (None without one); a
-    diagnosis's steps are those of its run's stack, in the order of the English `fix`."""
+    diagnosis's steps are those of its run's stack and GPU (its JSON `gpu`), in the order of the English `fix`."""
     if text is None:
         return None
+    from errmap import gpus
     from errmap.stack import fitting
 
     zh = localize(entry, text)
-    steps = fitting(zh.fix, stack) if diagnosis else zh.fix
+    run_gpu = gpus.from_json(gpu)
+    steps = gpus.fitting(fitting(zh.fix, stack), run_gpu) if diagnosis else zh.fix
+    if diagnosis and run_gpu is not None:
+        captures = {**run_gpu.values(), **(captures or {})}
     return {
         "title": zh.title,
         "summary": zh.summary,

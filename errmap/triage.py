@@ -14,7 +14,7 @@ import regex
 
 from errmap.kb import Entry
 from errmap.lines import Line
-from errmap.matcher import Event, Match, Named, Unrecognized
+from errmap.matcher import Event, GpuNamed, Match, Named, Unrecognized
 from errmap.runs import ray_own
 
 MAX_EVIDENCE = 5
@@ -92,6 +92,7 @@ class Triage:
     more_residue: int = 0  # lines of unrecognized records past MAX_RESIDUE
     stacks: dict[str, set[str]] = field(default_factory=dict)  # file -> the stacks its lines name
     runs: dict[str, str] = field(default_factory=dict)  # file -> its run (Source.run); absent: run ""
+    gpus: dict[str, tuple[int, str]] = field(default_factory=dict)  # file -> (line, name) of the first line naming a GPU
     _per_code: dict[int, int] = field(default_factory=dict)
     _events: int = 0
 
@@ -99,6 +100,9 @@ class Triage:
         """Record one event; return the incident or residue if this event opened it."""
         if isinstance(event, Named):
             self.stacks.setdefault(event.line.path, set()).add(event.stack)
+            return None
+        if isinstance(event, GpuNamed):
+            self.gpus.setdefault(event.line.path, (event.line.lineno, event.name))
             return None
         self._events += 1
         if isinstance(event, Unrecognized):

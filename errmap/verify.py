@@ -288,7 +288,17 @@ def prober_for(settings: dict[str, str], data: str | None, model: str | None) ->
     return Prober(Context(data=data, model=model, config=dict(settings)))
 
 
+def probed_gpu(prober: Prober):
+    """This machine's GPU from the gpu.names and gpu.capability probes (errmap.gpus.GPU), or None."""
+    from errmap.gpus import from_probe
+
+    ctx = prober.context({})
+    return from_probe(prober.fact("gpu.names", ctx), prober.fact("gpu.capability", ctx))
+
+
 def attach(report, prober: Prober) -> None:
-    """Put verdict, verdict_reasons and facts of each incident into the report."""
+    """Put verdict, verdict_reasons and facts of each incident into the report, and this machine's GPU."""
+    if report.triage.incidents:
+        report.probed_gpu = probed_gpu(prober)
     for inc in report.triage.ranked():
         report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()

@@ -8,7 +8,6 @@ import gzip
 import json
 import lzma
 import os
-import resource
 import signal
 import subprocess
 import sys
