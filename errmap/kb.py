@@ -144,10 +144,12 @@ class Entry:
     related: tuple[int, ...] = ()
     caused_by: tuple[int, ...] = ()
     applies_to: str | None = None
+    unshown: tuple[tuple[str, str], ...] = ()  # (capture, what reads it instead of the cause and fix)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Entry:
         nested = {"anchors": Anchor, "fix": Step, "links": Link, "checks": Check}
+        d = {**d, "unshown": tuple(map(tuple, dict(d.get("unshown", ())).items()))}
         return cls(**{
             k: tuple(nested[k](**x) for x in v) if k in nested else tuple(v) if isinstance(v, list) else v
             for k, v in d.items()
