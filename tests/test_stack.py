@@ -10,20 +10,6 @@ from errmap.stack import fitting, framework, in_frame
 
 FIX = ROOT / "fixtures"
 
-# A TRL GRPO step on a dataset without a `prompt` column: the frame shape of the 1033 anchor's frame rule
-# (trl/trainer/grpo_trainer.py, _generate_and_score_completions reads x["prompt"]), in a venv named verl.
-TRL_KEYERROR = """\
-Traceback (most recent call last):
-  File "/home/u/train_grpo.py", line 30, in <module>
-    trainer.train()
-  File "/opt/venvs/verl/lib/python3.11/site-packages/transformers/trainer.py", line 2245, in train
-    return inner_training_loop(
-  File "/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_trainer.py", line 1400, in _generate_and_score_completions
-    prompts = [x["prompt"] for x in inputs]
-KeyError: 'prompt'
-"""
-
-
 def test_frame_paths_name_the_innermost_installed_package():
     assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_config.py") == "trl"
     assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/transformers/hf_argparser.py") is None
@@ -34,14 +20,16 @@ def test_frame_paths_name_the_innermost_installed_package():
     assert framework(set()) is None
 
 
-def test_trl_keyerror_shows_trl_steps_and_no_verl_step(tmp_path):
-    log = tmp_path / "grpo.log"
-    log.write_text(TRL_KEYERROR)
+def test_trl_keyerror_shows_trl_steps_and_no_verl_step():
+    # TRL's GRPOTrainer on data with question/answer and no prompt column (recorded, CPU).
+    log = FIX / "1033" / "trl-grpo-no-prompt-column.log"
     out = scan_json(log)
     (d,) = out["diagnoses"]
     assert d["errno"] == 1033 and out["framework"] == d["framework"] == "trl"
+    assert d["captures"]["column"] == "prompt"
     assert d["fix"][0].startswith("TRL"), d["fix"]
-    assert not any("verl" in s or "actor_rollout_ref" in s for s in d["fix"]), d["fix"]
+    assert not any("verl" in s or "actor_rollout_ref" in s or "data.prompt_key" in s for s in d["fix"]), d["fix"]
+    assert "verl" not in d["cause"] and "prompt" in d["cause"], d["cause"]
     assert all("verl" not in link.get("stack", []) for link in d["links"])
     text = errmap("scan", str(log)).stdout.decode()
     assert "1 diagnosis (TRL; 1 file," in text and "\n     1. TRL" in text, text
@@ -66,7 +54,8 @@ def test_verl_log_keeps_verl_keys_first():
     out = scan_json(FIX / "1033" / "verl-raw-gsm8k-columns.log")
     d = out["diagnoses"][0]
     assert out["framework"] == "verl" and d["errno"] == 1033
-    assert "TRL" not in " ".join(d["fix"])
+    assert d["fix"][0].startswith("verl:") and "data.prompt_key" in d["fix"][1], d["fix"]
+    assert not any(s.startswith(("TRL", "OpenRLHF", "LLaMA-Factory")) for s in d["fix"]), d["fix"]
 
 
 def test_unknown_stack_shows_every_step_in_kb_order(tmp_path, kb):
@@ -106,6 +95,15 @@ def test_two_unrelated_logs_are_two_runs_in_either_order():
     assert {d["run"] for d in one["diagnoses"]} == {str(a), str(b)}
     text = errmap("scan", str(a), str(b)).stdout.decode()
     assert "└─ led to" not in text and "Run 1 of 2 (DeepSpeed / accelerate, " in text and "Run 2 of 2 (verl, " in text, text
+
+
+def test_a_verl_run_and_a_vllm_run_keep_their_own_root_causes_in_either_order():
+    a, b = FIX / "1009" / "verl-vllm-v0-rollout-v100.log", FIX / "1013" / "vllm-fp8-checkpoint-sm86.log"
+    for order in ((a, b), (b, a)):
+        out = scan_json(*order)
+        assert _roots(out) == {("verl-vllm-v0-rollout-v100.log", 1009, None),
+                               ("vllm-fp8-checkpoint-sm86.log", 1013, None),
+                               ("vllm-fp8-checkpoint-sm86.log", 1047, 1013)}, out["diagnoses"]
 
 
 def test_a_folder_and_rank_files_are_one_run(tmp_path):
