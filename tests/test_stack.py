@@ -69,7 +69,10 @@ def test_unknown_stack_shows_every_step_in_kb_order(tmp_path, kb):
 def test_fitting_orders_own_then_base_then_general(kb):
     e = kb.get(1017)
     shown = fitting(e.fix, "trl")
-    assert [s.stack for s in shown][:1] == [("pytorch",)] and all(not s.stack or "pytorch" in s.stack for s in shown)
+    stacks = [s.stack for s in shown]
+    assert stacks[:2] == [("trl",), ("pytorch",)], stacks
+    assert all(not s or "trl" in s or "pytorch" in s for s in stacks), stacks
+    assert stacks.index(()) > stacks.index(("pytorch",)), stacks
 
 
 def test_explain_shows_every_step_grouped_by_stack():
