@@ -14,7 +14,11 @@ def test_frame_paths_name_the_innermost_installed_package():
     assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_config.py") == "trl"
     assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/transformers/hf_argparser.py") is None
     assert in_frame("/home/u/verl/verl/trainer/main_ppo.py") == "verl"
-    assert in_frame("/x/site-packages/transformers/trainer.py") == "pytorch"
+    assert in_frame("/x/site-packages/transformers/trainer.py") == "trainer" and framework({"trainer"}) == "pytorch"
+    # HF's Trainer steps through accelerate: that is a PyTorch / HF Trainer run; accelerate alone is accelerate's
+    assert in_frame("/x/site-packages/accelerate/optimizer.py") == "accelerate"
+    assert framework({"accelerate", "trainer", "pytorch"}) == "pytorch" and framework({"accelerate", "pytorch"}) == "deepspeed"
+    assert framework({"accelerate", "trainer", "deepspeed"}) == "deepspeed"
     assert in_frame("/x/site-packages/torchvision/io.py") is None
     assert framework({"pytorch", "serving", "verl"}) == "verl" and framework({"pytorch", "trl"}) == "trl"
     assert framework(set()) is None
@@ -48,6 +52,16 @@ def test_plain_pytorch_oom_shows_pytorch_steps_first():
     assert d["errno"] == 1017 and out["framework"] == "pytorch"
     assert d["fix"][0].startswith("Plain PyTorch / HF Trainer"), d["fix"]
     assert not any(s.startswith("verl") for s in d["fix"])
+
+
+def test_hf_trainer_host_oom_shows_the_pytorch_step_first():
+    # transformers.Trainer on CPU under an address-space limit: AdamW's state does not fit (recorded).
+    out = scan_json(FIX / "1021" / "hf-trainer-adam-state-cpu-alloc.log")
+    (d,) = out["diagnoses"]
+    assert d["errno"] == 1021 and out["framework"] == "pytorch", out["framework"]
+    assert d["fix"][0].startswith("torchrun / HF"), d["fix"]
+    assert not any(s.startswith(("verl", "DeepSpeed")) for s in d["fix"]), d["fix"]
+    assert "262144000 bytes" in d["cause"], d["cause"]
 
 
 def test_verl_log_keeps_verl_keys_first():
