@@ -173,12 +173,12 @@ class Entry:
         """Put captured values into a cause or fix text.
 
         `[[ ... ]]` marks an optional fragment: kept only when every capture it names was found.
-        Without captures (`errmap explain`, the docs) the text is a template: fragments stay and
-        placeholders show as <name>.
+        Without captures (`errmap explain`, the docs) the text is a template: the fragments, which say
+        what one log gave, are left out and the other placeholders show as <name>.
         """
         names = self.captures
         if captures is None:
-            text = OPTIONAL.sub(r"\1", text)
+            text = OPTIONAL.sub("", text)
             captures = {}
         else:
             text = OPTIONAL.sub(
