@@ -197,3 +197,11 @@ def test_unshown_names_a_capture_that_is_not_shown(tmp_path):
         with pytest.raises(kbmod.KBError) as err:
             kbmod.load_entry(path, kbmod.USER_RANGE)
         assert says in str(err.value), err.value
+
+
+def test_a_template_leaves_out_the_fragments_a_log_fills_in(kb):
+    e = kb.get(1021)
+    template = e.fill(e.cause)
+    assert "[[" not in template and "<killed>" not in template and template.startswith("The host ran out of RAM")
+    filled = e.fill(e.cause, {"tried_bytes": "262144000"})
+    assert "could not get 262144000 bytes" in filled and "<killed>" not in filled
