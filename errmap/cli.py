@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from errmap import formats, i18n
+from errmap import formats, i18n, layout
 from errmap import kb as kbmod
 from errmap import prefilter
 from errmap import verify
@@ -28,7 +28,7 @@ EXIT_INPUT = 2
 
 
 def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return layout.console(stderr)
 
 
 def _load_kb(extra: tuple[str, ...], fmt: str = "text") -> kbmod.KB:
@@ -51,6 +51,10 @@ report_option = click.option(
     help="Also write the report to FILE, in --format (json when --format is text); the terminal keeps the text.",
 )
 
+
+verbose_option = click.option(
+    "-v", "--verbose", is_flag=True,
+    help="Each diagnosis in full: the whole cause, every fix step and link (by default one screen each).")
 
 _FORMAT_HELP = {
     "text": "text for people",
@@ -185,7 +189,8 @@ def _save_report(report: Report, fmt: str, path: str | None, more: dict | None =
         sys.exit(EXIT_INPUT)
 
 
-def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = None) -> Callable[[Incident | Residue], None]:
+def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = None,
+          verbose: bool = False) -> Callable[[Incident | Residue], None]:
     """What watch and run print the moment a new incident or unrecognized error appears."""
 
     def on_new(item: Incident | Residue) -> None:
@@ -195,7 +200,8 @@ def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = Non
             if fmt == "jsonl":
                 out.file.write(formats.jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")
             else:
-                out.print(f"[yellow]errmap: unrecognized error[/] [cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
+                layout.block(out, "[yellow]errmap: unrecognized error[/] ",
+                             f"[cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
         else:
             d = diagnose(item)
             if extra is not None:
@@ -205,7 +211,7 @@ def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = Non
 
                 out.file.write(jsonl(d) + "\n")
             else:
-                print_diagnosis(out, d, brief=item.entry.role == "consequence")
+                print_diagnosis(out, d, brief=item.entry.role == "consequence", verbose=verbose)
         out.file.flush()
 
     return on_new
@@ -216,11 +222,12 @@ def _live(out: Console, fmt: str, extra: Callable[[Incident], dict] | None = Non
               help="Follow FILE like tail -F (waits for it, survives rotation and truncation).")
 @click.option("--passthrough", is_flag=True, help="Print every line read to stdout as it comes; diagnoses go to stderr.")
 @format_option("jsonl")
+@verbose_option
 @report_option
 @kb_option
 @probe_options
-def watch(follow_path: str | None, passthrough: bool, fmt: str, report_path: str | None, kb_dirs: tuple[str, ...],
-          probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
+def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, report_path: str | None,
+          kb_dirs: tuple[str, ...], probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Diagnose a live log from stdin (or --follow FILE) as each line arrives.
 
     python train.py 2>&1 | errmap watch --passthrough
@@ -236,7 +243,7 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, report_path: str
     sniffer = verify.sniff([source]) if probe and not follow_path else None
     settings = (lambda: sniffer.settings) if sniffer is not None else (lambda: verify.sniff_file(follow_path))
     probed = _prober(report, settings, data_file, model_dir) if probe else None
-    on_new = _live(_console(stderr=passthrough), fmt, probed)
+    on_new = _live(_console(stderr=passthrough), fmt, probed, verbose)
     signal.signal(signal.SIGTERM, _stop)  # a summary on SIGTERM too, as on Ctrl-C
     if not follow_path and sys.stdin is not None and sys.stdin.isatty():
         _console(stderr=True).print(
@@ -304,12 +311,13 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Also write the command's combined output to FILE (line numbers refer to it).")
 @format_option("jsonl")
+@verbose_option
 @report_option
 @kb_option
 @probe_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, report_path: str | None, kb_dirs: tuple[str, ...],
-            probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
+def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: bool, report_path: str | None,
+            kb_dirs: tuple[str, ...], probe: bool = False, data_file: str | None = None, model_dir: str | None = None) -> None:
     """Run a training command, diagnose its output live, exit with its status.
 
     errmap run --log train.log -- bash train_gsm8k.sh
@@ -326,7 +334,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, report_pat
 
     settings = lambda: verify.sniff_file(log_path) if log_path else {}  # noqa: E731
     probed = _prober(report, settings, data_file, model_dir) if probe else None
-    on_new = _live(_console(stderr=True), fmt, probed)
+    on_new = _live(_console(stderr=True), fmt, probed, verbose)
     try:
         log = open(log_path, "wb") if log_path else None
     except OSError as exc:
@@ -428,9 +436,10 @@ def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
     for e in kb:
         if e.group != group:
             group = e.group
-            con.print(f"\n[bold]{escape(group)}[/]")
+            con.print()
+            layout.block(con, "", f"[bold]{escape(group)}[/]")
         role = "" if e.role == "root" else f"  [dim]({_('consequence')})[/]"
-        con.print(f"  {e.errno}  {e.slug:<{width}}  {escape(e.title)}{role}")
+        layout.block(con, f"  {e.errno}  {e.slug:<{width}}  ", f"{escape(e.title)}{role}")
 
 
 @main.group("kb")

@@ -13,6 +13,7 @@ import contextlib
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -79,6 +80,7 @@ def scan_here(kb: KB, node_paths: list[str], since: float | None) -> dict[str, A
     """Scan this node's Ray session logs and `node_paths`; return the compact triage (runs on the node)."""
     import ray
 
+    start = time.perf_counter()
     ctx = ray.get_runtime_context()
     logs = Path(ctx.get_temp_dir()) / ctx.get_session_name() / "logs"
     found = expand([str(logs), *node_paths])
@@ -105,6 +107,7 @@ def scan_here(kb: KB, node_paths: list[str], since: float | None) -> dict[str, A
             for i in triage.incidents.values()
         ],
         "residue": [(k, r.type, r.message, r.first, r.order, r.inner, r.count) for k, r in triage.residue.items()],
+        "seconds": round(time.perf_counter() - start, 2),
     }
 
 
@@ -122,6 +125,7 @@ class NodeResult:
     files: int = 0
     lines: int = 0
     payload_bytes: int = 0  # what the node sent back, pickled
+    scan_s: float | None = None  # how long the node's scan took, on the node
     diagnoses: int = 0
     unrecognized: int = 0
 
@@ -224,7 +228,7 @@ def _merge(kb: KB, nodes: list[NodeResult], results: dict[str, dict], payload: d
             errors.append(InputError(f"node {node.label} ({node.node_id[:12]})", f"{node.status}: {node.reason}"))
             continue
         r = results[node.node_id]
-        node.logs, node.payload_bytes = r["logs"], payload[node.node_id]
+        node.logs, node.payload_bytes, node.scan_s = r["logs"], payload[node.node_id], r["seconds"]
         where = f"{node.label}:"
         for path, nbytes, nlines, warning, error in r["sources"]:
             sources.append(Source(where + path, nbytes, nlines, warning, error))

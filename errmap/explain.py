@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from errmap.layout import block, row
 from errmap.report import escape  # rich markup and terminal escapes of printed text
 
 from errmap.i18n import _
@@ -209,27 +210,29 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     probes, checks = probe_lines(e)
 
     def means() -> None:
-        con.print(f"  {escape(e.summary)}")
+        block(con, "  ", escape(e.summary))
         if e.applies_to:
-            con.print(f"  [dim]{_('Applies to:')}[/] {escape(e.applies_to)}")
+            block(con, f"  [dim]{_('Applies to:')}[/] ", escape(e.applies_to))
 
     def fix() -> None:
         groups = e.steps_by_stack()
         for stack, steps in groups:
             if len(groups) > 1:
-                con.print(f"  [bold]{escape(stack or 'Any run')}[/]")
+                block(con, "  ", f"[bold]{escape(stack or 'Any run')}[/]")
+            digits = len(str(steps[-1][0]))
             for i, step in steps:
-                con.print(f"  {i}. {escape(e.fill(step.text))}")
+                block(con, f"  {i:>{digits}}. ", escape(e.fill(step.text)))
 
     def why() -> None:
-        con.print(f"  {escape(e.fill(e.cause))}")
+        block(con, "  ", escape(e.fill(e.cause)))
 
     def links() -> None:
         if not e.links:
             con.print("  [dim]None recorded.[/]")
         for link in e.links:
             fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""
-            con.print(f"  [dim]{link.kind:<7}[/] {escape(link.url)}\n          {escape(link.title)}{escape(fixed)}")
+            block(con, f"  [dim]{link.kind:<7}[/] ", escape(link.url))
+            block(con, " " * 10, escape(link.title + fixed))
 
     def example_log() -> None:
         if example is None:
@@ -238,13 +241,13 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         width = len(str(example.lines[-1][0]))
         for n, text in example.lines:
             if n == example.marked:
-                con.print(f"[bold red]▶[/] [bold]{n:>{width}}[/]  [bold]{escape(text)}[/]", soft_wrap=False, overflow="fold")
+                block(con, f"[bold red]▶[/] [bold]{n:>{width}}[/]  ", f"[bold]{escape(text)}[/]")
             else:
-                # Context is cut at the terminal's edge; the matched line above folds in full.
-                con.print(f"  [dim]{n:>{width}}[/]  {escape(text)}", soft_wrap=False, no_wrap=True, overflow="ellipsis")
+                # Context is cut at the terminal's edge; the matched line above wraps in full.
+                row(con, f"  [dim]{n:>{width}}[/]  {escape(text)}")
         for label, value in (("how", example.how), ("machine", example.machine)):
             if value:
-                con.print(f"  [dim]{label}: {escape(value)}[/]")
+                block(con, f"  [dim]{label}:[/] ", f"[dim]{escape(value)}[/]")
 
     def related() -> None:
         groups = related_groups(e, kb)
@@ -252,27 +255,28 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             con.print("  [dim]None.[/]")
         for label, items in groups:
             if len(items) > MANY:
-                con.print(f"  [dim]{label}:[/] " + ", ".join(str(n) for n, _ in items))
+                block(con, f"  [dim]{label}:[/] ", ", ".join(str(n) for n, _ in items))
                 continue
             for n, title in items:
-                con.print(f"  [dim]{label}:[/] {n} {escape(title or '')}")
+                block(con, f"  [dim]{label}:[/] ", f"{n} {escape(title or '')}")
 
     def confirms() -> None:
         if not probes:
             con.print("  [dim]No probe: the message in the log decides alone.[/]")
         for name, what in probes:
-            con.print(f"  [cyan]{name}[/]: {escape(what)}")
+            block(con, f"  [cyan]{name}[/]: ", escape(what))
         for verdict, says in checks:
-            con.print(f"  [dim]{verdict} when[/] {escape(says)}")
+            block(con, f"  [dim]{verdict} when[/] ", escape(says))
 
     def messages() -> None:
         for a in e.anchors:
-            con.print(f"  [cyan]{escape(' | '.join(a.literals))}[/]  [dim]{escape(a.source)}[/]")
-            con.print(f"    [dim]pattern[/] {escape(a.regex)}")
+            block(con, "  ", f"[cyan]{escape(' | '.join(a.literals))}[/]")
+            block(con, "    ", f"[dim]{escape(a.source)}[/]")
+            block(con, "    [dim]pattern[/] ", escape(a.regex))
             if a.frame:
-                con.print(f"    [dim]only inside a traceback with a frame matching[/] {escape(a.frame)}")
+                block(con, "    ", f"[dim]only inside a traceback with a frame matching[/] {escape(a.frame)}")
             if a.unless:
-                con.print(f"    [dim]not on a line matching[/] {escape(a.unless)}")
+                block(con, "    ", f"[dim]not on a line matching[/] {escape(a.unless)}")
 
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example_log,
             "related": related, "confirms": confirms, "messages": messages}
@@ -280,9 +284,11 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         "example": f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "",
         "confirms": "  [dim](errmap scan --probe)[/]" if probes else "",
     }
-    con.print(f"[bold red]{e.errno}[/] [bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
+    block(con, f"[bold red]{e.errno}[/] ", f"[bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
     for key, heading in HEADINGS.items():
-        con.print(f"\n[bold]{_(heading)}[/]{extra.get(key, '')}")
+        con.print()
+        block(con, "", f"[bold]{_(heading)}[/]{extra.get(key, '')}")
         body[key]()
     if url := docs_url(e.errno):
-        con.print(f"\n[dim]docs:[/] {escape(url)}")
+        con.print()
+        block(con, "[dim]docs:[/] ", escape(url))

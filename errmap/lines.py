@@ -53,13 +53,14 @@ _PREFIX = regex.compile(
     # Ray's C++ logs: "[2023-04-09 07:23:59,445 E 395 395] " (then "(raylet) node_manager.cc:1: ...")
     r"|\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) (?P<glevel>[IWEF]) \d+ \d+\]\s*"
     # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] ",
-    # SGLang's "[2025-03-01 10:00:00 TP0] " (parallel ranks after the time)
-    r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: [A-Z]{2}\d+)*\]?[ |:-]*"
+    # SGLang's "[2025-03-01 10:00:00 TP0] " (parallel ranks after the time), Ray's Python logger's tab
+    # ("2026-12-04 01:28:50,236\tWARNING http_server_agent.py:79 -- ", ray_constants.LOGGER_FORMAT)
+    r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: [A-Z]{2}\d+)*\]?[ \t|:-]*"
     # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " (before 0.8 without the
     # "[": "ERROR 12-02 08:41:31 engine.py:135] ") and "WARNING:root:"
     # (a job runner's "stdout/INFO  ")
     r"|(?:std(?:out|err)/)?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
-    r"(?: \[[^\]]*\]| [\w.-]+:\d+\])?(?::[\w.]*:|:| -| \|)?\s+"
+    r"(?: \[[^\]]*\]| [\w.-]+:\d+\]| [\w.-]+:\d+ --)?(?::[\w.]*:|:| -| \|)?\s+"
     # docker compose "svc-1  | ", kubectl --prefix "[pod/trainer-0/main] ", slurm srun -l "3: "
     r"|(?P<host>[\w.-]+) +\| "
     r"|\[?pod/(?P<host>[^/\]\s]+)(?:/[^\]\s]+)?\]? "

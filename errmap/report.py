@@ -12,11 +12,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape as _markup
 
 from errmap.i18n import _, ngettext, pad
 from errmap.kb import STACKS
+from errmap.layout import block, row
 from errmap.lines import Line, printable
 from errmap.source import InputError, Source
 from errmap.stack import fitting, framework
@@ -25,7 +27,9 @@ from errmap.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 JSON_VERSION = 1
 SHOWN_TEXT = 300  # characters of an evidence line shown in text output
 SHOWN_PER_CODE = 20  # diagnoses of one code shown in text output; --verbose and JSON list all kept
-SHOWN_STEPS = 4  # fix steps shown in text output; --verbose and `errmap explain` show all
+SHOWN_STEPS = 3  # fix steps shown in text output; --verbose and `errmap explain` show all
+SHOWN_CAUSE = 3  # lines of the cause shown in text output, cut with an ellipsis; --verbose shows it whole
+SHOWN_LINKS = 1  # links shown in text output; --verbose shows all
 
 
 def escape(text: str) -> str:
@@ -186,49 +190,55 @@ def _spread(d: dict[str, Any]) -> str:
 
 
 def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False) -> None:
-    """One diagnosis: header, evidence, cause, fix, links."""
-    head = f"[bold]{n}.[/] " if n else ""
+    """One diagnosis: header, evidence, cause, fix, links; by default in one screen (SHOWN_CAUSE lines
+    of cause, SHOWN_STEPS steps, one link), all of it with `verbose`."""
     role = "" if d["role"] == "root" else f" [dim]({_('consequence')})[/]"
-    con.print(f"{head}[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
+    block(con, f"[bold]{n}.[/] " if n else "",
+          f"[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
     ev = d["evidence"][0]
     text = ev["message"].strip()
-    text = text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + " …"
-    con.print(f"   [cyan]{escape(_where(ev))}[/]")
-    con.print(f"   [dim]│[/] {escape(text)}")
+    block(con, "   ", f"[cyan]{escape(_where(ev))}[/]")
+    if verbose:
+        block(con, "   [dim]│[/] ", escape(text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + " …"))
+    else:
+        row(con, f"   [dim]│[/] {escape(text)}")
     if "verdict" in d:
         colour = {"confirmed": "green", "refuted": "yellow"}.get(d["verdict"], "dim")
         why = "; ".join(d.get("verdict_reasons", [])) or _("no probe could decide")
-        con.print(f"   [bold {colour}]{_(d['verdict'])}[/]: {escape(why)}")
+        block(con, f"   [bold {colour}]{_(d['verdict'])}[/]: ", escape(why))
         if d.get("facts"):
             from errmap.probes.base import short
 
             shown = [f"{k}={short(v['value'], 80)}" if "value" in v else f"{k}=unknown" for k, v in d["facts"].items()]
-            con.print(f"   [dim]{_('facts:')} {escape('; '.join(shown))}[/]")
+            block(con, f"   [dim]{_('facts:')}[/] ", f"[dim]{escape('; '.join(shown))}[/]")
     more = d["docs"] or f"errmap explain {d['errno']}"
     if brief:
-        con.print(f"   [dim]{_('more:')} {escape(more)}[/]")
+        block(con, f"   [dim]{_('more:')}[/] ", f"[dim]{escape(more)}[/]")
         return
-    con.print(f"   [bold]{_('Cause')}[/]  {escape(d['cause'])}")
-    con.print(f"   [bold]{_('Fix')}[/]")
+    links = d["links"] if verbose else d["links"][:SHOWN_LINKS]
+    label = max(cell_len(x) for x in (_("Cause"), _("Fix"), *(_(link["kind"]) for link in links)))
+    block(con, f"   [bold]{pad(_('Cause'), label)}[/]  ", escape(d["cause"]), None if verbose else SHOWN_CAUSE)
     steps = d["fix"] if verbose else d["fix"][:SHOWN_STEPS]
     for i, step in enumerate(steps, 1):
-        con.print(f"     {i}. {escape(step)}")
-    if len(steps) < len(d["fix"]):
-        left = len(d["fix"]) - len(steps)
-        more_steps = ngettext("… {n} more step: errmap explain {errno}", "… {n} more steps: errmap explain {errno}", left)
-        con.print(f"     [dim]{more_steps.format(n=left, errno=d['errno'])}[/]")
-    for link in d["links"][:3]:
-        con.print(f"   [dim]{pad(_(link['kind']), 6)}[/] {escape(link['url'])}  [dim]{escape(link['title'])}[/]")
-    con.print(f"   [dim]{_('more:')}[/] {escape(more)}")
+        block(con, f"   [bold]{pad(_('Fix') if i == 1 else '', label)}[/]  {i:>{len(str(len(steps)))}}. ", escape(step))
+    for link in links:
+        kind = f"   [dim]{pad(_(link['kind']), label)}[/]  "
+        if verbose:
+            block(con, kind, f"{escape(link['url'])}  [dim]{escape(link['title'])}[/]")
+        else:  # one row: the whole URL, its title cut to what is left
+            block(con, f"{kind}{escape(link['url'])}  ", f"[dim]{escape(link['title'])}[/]", 1)
+    left = len(d["fix"]) - len(steps)
+    hidden = f" [dim]({ngettext('{n} more step', '{n} more steps', left).format(n=left)})[/]" if left else ""
+    block(con, f"   [dim]{_('more:')}[/] ", escape(more) + hidden)
 
 
 def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
     """The whole report; `summary` keeps every diagnosis to its header (watch and run already printed them)."""
     for err in report.errors:
-        con.print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
+        block(con, "[bold red]errmap:[/] ", f"{escape(err.path)}: {escape(err.reason)}")
     for s in report.sources:
         if s.warning:
-            con.print(f"[yellow]errmap:[/] {escape(s.path)}: {escape(s.warning)}")
+            block(con, "[yellow]errmap:[/] ", f"{escape(s.path)}: {escape(s.warning)}")
     ranked = report.ranked()
     residue = report.triage.unrecognized()
     read = [s for s in report.sources if not s.error]
@@ -239,19 +249,19 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     if cmd and cmd["status"]:
         how = f" (killed by {cmd['signal']}{' after a second Ctrl-C' if cmd.get('killed_by_errmap') else ''})" if "signal" in cmd else ""
         known = "; no known cause in its output" if not ranked else ""
-        con.print(f"[bold red]The command failed[/] with status {cmd['status']}{how}{known}.")
+        block(con, "", f"[bold red]The command failed[/] with status {cmd['status']}{how}{known}.")
         if "likely" in cmd:
-            con.print(f"   Likely cause: {LIKELY_SIGKILL} host RAM exhausted (the kernel's OOM killer sends SIGKILL and the "
-                      "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
-                      f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
+            block(con, "   ", f"Likely cause: {LIKELY_SIGKILL} host RAM exhausted (the kernel's OOM killer sends SIGKILL and the "
+                  "process prints nothing); to confirm: `dmesg -T | grep -i -E 'killed process|oom-kill'`. "
+                  f"[dim]errmap explain {LIKELY_SIGKILL}[/]")
     if not ranked and not residue and report.errors:
         n = len(report.errors)
         also = f" [dim]({scanned} read)[/]" if read else ""
-        con.print(f"[bold red]Nothing diagnosed:[/] {n} input{'s' if n != 1 else ''} could not be read{also}")
+        block(con, "[bold red]Nothing diagnosed:[/] ", f"{n} input{'s' if n != 1 else ''} could not be read{also}")
         return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
-            con.print(f"[green]{_('No error found')}[/] [dim]({scanned})[/]")
+            block(con, "", f"[green]{_('No error found')}[/] [dim]({scanned})[/]")
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
@@ -259,10 +269,12 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     stack = f"{STACKS[fw]}; " if len(runs) < 2 and (fw := report.framework()) else ""
     if tops:
         heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
-        con.print(f"[bold]{heading}[/] [dim]({stack}{scanned}; {_('root cause first')})[/]\n")
+        block(con, "", f"[bold]{heading}[/] [dim]({stack}{scanned}; {_('root cause first')})[/]")
+        con.print()
     else:
         heading = ngettext("No known cause for {n} error", "No known cause for {n} errors", len(residue)).format(n=len(residue))
-        con.print(f"[bold]{heading}[/] [dim]({stack}{scanned})[/]\n")
+        block(con, "", f"[bold]{heading}[/] [dim]({stack}{scanned})[/]")
+        con.print()
     shown: dict[int, int] = {}
     for n, (inc, d) in enumerate(tops, 1):
         shown[d["errno"]] = shown.get(d["errno"], 0) + 1
@@ -274,43 +286,43 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), files[0] if files else "",
                                          f"and {len(files) - 1} more file{'s' if len(files) > 2 else ''}" if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
-            con.print(f"[bold]{run}[/] [dim]({escape(what)})[/]")
+            block(con, f"[bold]{run}[/] ", f"[dim]({escape(what)})[/]")
         print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)
         con.print()
     for errno, k in shown.items():
         if k > SHOWN_PER_CODE and not verbose:
-            con.print(f"[dim]… {k - SHOWN_PER_CODE} more diagnoses of {errno} with other values (--verbose or --format json lists them)[/]")
+            block(con, "", f"[dim]… {k - SHOWN_PER_CODE} more diagnoses of {errno} with other values (--verbose or --format json lists them)[/]")
     if residue:
         shown = residue if verbose or not tops else residue[:3]
         label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
-        con.print(f"[bold]{label}[/] [dim]({len(residue)})[/]")
+        block(con, "", f"[bold]{label}[/] [dim]({len(residue)})[/]")
         for r in shown:
             count = f" [dim]({_('{n}x').format(n=r.count)})[/]" if r.count > 1 else ""
-            con.print(f"   [cyan]{escape(_where(_evidence(r.first)))}[/]  {escape(r.first.text.strip()[:SHOWN_TEXT])}{count}")
+            seen = f"[cyan]{escape(_where(_evidence(r.first)))}[/]{count}  {escape(r.first.text.strip()[:SHOWN_TEXT])}"
+            block(con, "   ", seen) if verbose or not tops else row(con, f"   {seen}")  # one row beside diagnoses
         if len(shown) < len(residue):
-            con.print(f"   [dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(shown))}[/]")
+            block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(shown))}[/]")
     _print_omitted(con, report.triage)
     if len(tops) > 1 and not verbose and not summary:
-        con.print(f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
+        block(con, "", f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
 
 
 def _print_omitted(con: Console, triage: Triage) -> None:
     """What the caps on kept incidents and records left out, as counts."""
     for errno, n in sorted(triage.more.items()):
-        con.print(f"[dim]… and {n:,} more line{'s' if n != 1 else ''} of {errno} with other values "
+        block(con, "", f"[dim]… and {n:,} more line{'s' if n != 1 else ''} of {errno} with other values "
                   f"(only the first {MAX_PER_CODE} incidents of a code are kept)[/]")
     if triage.more_residue:
         n = triage.more_residue
-        con.print(f"[dim]… and {n:,} more unrecognized error line{'s' if n != 1 else ''} "
+        block(con, "", f"[dim]… and {n:,} more unrecognized error line{'s' if n != 1 else ''} "
                   f"(only the first {MAX_RESIDUE} distinct ones are kept)[/]")
 
 
 def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, Any]], depth: int = 1) -> None:
     for c in inc.consequences:
         cd = dicts[id(c)]
-        con.print(
-            f"   {'   ' * (depth - 1)}[dim]└─ {_('led to')}[/] {cd['errno']} {escape(cd['title'])} "
-            f"[dim]({_spread(cd)}; {_('first at {where}').format(where=escape(_where(cd['evidence'][0])))})[/]"
-        )
+        block(con, f"   {'   ' * (depth - 1)}[dim]└─ {_('led to')}[/] ",
+              f"{cd['errno']} {escape(cd['title'])} "
+              f"[dim]({_spread(cd)}; {_('first at {where}').format(where=escape(_where(cd['evidence'][0])))})[/]")
         _print_consequences(con, c, dicts, depth + 1)

@@ -3,6 +3,7 @@
 Files given together are separate runs unless they belong together: the files of one folder or glob
 given as an argument, the files of one Ray session (`.../session_*/logs/`), and files whose names
 differ only in numbers (the ranks or nodes of one job: `train_rank0.log`, `train_rank1.log`).
+Of a Ray session's files, the logs of Ray's own processes are told from the job's output.
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ import regex
 
 RAY_SESSION = regex.compile(r"^(.*?[/\\]session_[^/\\]+)[/\\]logs[/\\]")
 _NUMBERS = regex.compile(r"\d+")
+# Logs Ray's own processes write into a session's logs/ (ray/_private/node.py get_log_file_names, the
+# PROCESS_TYPE_* names of ray_constants.py; ".1" when a process restarts): raylet, GCS, dashboard and its
+# modules (dashboard_JobHead.log), the dashboard and runtime-env agents, the autoscaler's monitor, the log
+# monitor, the client server, and the core worker's own log in each driver and worker. The job's output is
+# worker-*.out/.err and job-driver-*.log. "dashboard" and "monitor" alone are Ray's only inside a session.
+_RAY_OWN = regex.compile(r"(?:raylet|gcs_server|dashboard_\w+|runtime_env_agent|log_monitor|ray_client_server"
+                         r"|python-core-(?:driver|worker)-[0-9a-f]+_\d+)(?:\.\d+)?\.(?:out|err|log)")
+_RAY_OWN_IN_SESSION = regex.compile(r"(?:dashboard|monitor)(?:\.\d+)?\.(?:out|err|log)")
 
 
 def run_of(path: str, given: str | None = None) -> str:
@@ -24,6 +33,13 @@ def run_of(path: str, given: str | None = None) -> str:
         return given
     head, name = os.path.split(path)
     return "\0" + os.path.join(head, _NUMBERS.sub("N", name))
+
+
+def ray_own(path: str) -> bool:
+    """Whether a file is the log of one of Ray's own processes rather than of the job it runs."""
+    name = os.path.basename(path)
+    return (_RAY_OWN.fullmatch(name) is not None
+            or (_RAY_OWN_IN_SESSION.fullmatch(name) is not None and RAY_SESSION.match(path) is not None))
 
 
 def name_runs(sources: list) -> None:

@@ -40,16 +40,18 @@ def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew 
     source instead of raising. Interrupted, it still reads the unfinished last line and counts the lines."""
     scanner: Scanner = matcher.scanner(source.path)
     last, unread = b"\n", b""
+    events: Iterator[Event] = iter(())
     try:
         for chunk in source.chunks():
             unread, last = chunk, chunk[-1:] or last
             if echo is not None:
                 echo(chunk)
-            feed(triage, scanner.feed(chunk), on_new)
-            unread = b""
+            events, unread = iter(scanner.feed(chunk)), b""
+            feed(triage, events, on_new)
     except InputError as exc:
         source.error = exc.reason
     finally:
+        feed(triage, events, on_new)  # what an interrupt while printing a diagnosis left of the chunk's events
         if unread:  # interrupted between reading a chunk and matching it
             feed(triage, scanner.feed(unread), on_new)
         feed(triage, scanner.finish(), on_new)

@@ -15,6 +15,7 @@ import regex
 from errmap.kb import Entry
 from errmap.lines import Line
 from errmap.matcher import Event, Match, Named, Unrecognized
+from errmap.runs import ray_own
 
 MAX_EVIDENCE = 5
 # What a triage keeps is bounded whatever the log holds; what it drops it counts.
@@ -155,13 +156,16 @@ class Triage:
                 cause.consequences.append(inc)
         # A failure known only from a traceback's frames (its message line cut) ranks after failures
         # whose message was read, one printed only inside INFO/WARNING records (a skipped step) after
-        # failures printed as errors; otherwise the earliest comes first. Runs come in the order of their first
-        # incident, each with its own.
+        # failures printed as errors, one found only in the logs of Ray's own processes (the raylet, the
+        # dashboard agent: housekeeping Ray survives, such as an agent's port taken by another node's on
+        # the same host) after failures in the job's output; otherwise the earliest comes first. Runs come
+        # in the order of their first incident, each with its own.
         first: dict[str, int] = {}
         for inc in incidents:
             first.setdefault(inc.run, len(first))
         top = sorted((i for i in incidents if i.entry.role == "root" and i.cause is None),
-                     key=lambda i: (first[i.run], all(x.frame for x in i.evidence), all(x.quiet for x in i.evidence), i.order))
+                     key=lambda i: (first[i.run], all(x.frame for x in i.evidence), all(x.quiet for x in i.evidence),
+                                    all(ray_own(f) for f in i.files), i.order))
         loose = sorted((i for i in incidents if i.entry.role == "consequence" and i.cause is None), key=lambda i: first[i.run])
         return [x for r in top for x in (r, *_descendants(r))] + loose
 

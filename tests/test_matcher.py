@@ -134,6 +134,12 @@ def test_peel_python_glog_and_ray_cpp_prefixes():
     assert (line.level, line.actor, line.text) == ("ERROR", "raylet", "node_manager.cc:1: worker died")
 
 
+def test_peel_rays_python_logger():
+    # ray_constants.LOGGER_FORMAT: "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"
+    line = peel("f", 1, "2026-12-04 01:33:51,938\tWARNING http_server_agent.py:79 -- Failed to bind to port 52365")
+    assert (line.level, line.time, line.text) == ("WARNING", "2026-12-04 01:33:51,938", "Failed to bind to port 52365")
+
+
 def test_peel_more_launcher_prefixes():
     assert peel("f", 1, "[E314 14:33:45.172185860 ProcessGroupNCCL.cpp:607] boom").text == "boom"
     line = peel("f", 1, "[E ProcessGroupNCCL.cpp:737] boom")

@@ -1,7 +1,7 @@
 """`errmap scan --ray` against a real three-node Ray cluster on this machine.
 
-Each node is a `ray start` of its own (head plus two workers, one CPU each, own --temp-dir, so its
-own node id and session log folder). A job pins one task to each node: node 1 fails with a CUDA
+Each node is a `ray start` of its own (local_ray.py: head plus two workers, one CPU each, own
+--temp-dir, so its own node id and session log folder, own ports where nodes on one host collide). A job pins one task to each node: node 1 fails with a CUDA
 out-of-memory error, node 0 with the NCCL watchdog timeout that follows it, node 2 stays clean. Their
 stderr lands in each node's own logs, where the scan must find it.
 """
@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,8 +19,9 @@ import pytest
 
 pytest.importorskip("ray")
 
+from local_ray import LocalCluster, free_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-RAY = str(Path(sys.executable).with_name("ray"))
 
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
        "79.15 GiB of which 3.06 GiB is free. Including non-PyTorch memory, this process has 76.08 GiB memory in use.")
@@ -54,62 +51,13 @@ print(json.dumps(ids))
 """ % (NCCL, OOM)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ours(root: str) -> list[int]:
-    """Processes whose command line names this cluster's temp dirs."""
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if root in (p / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(p.name))
-            except OSError:
-                pass
-    return pids
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    root = tempfile.mkdtemp(prefix="emray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": address}
-    common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
-    procs = []
-    try:
-        for i in range(3):
-            where = ["--head", f"--port={port}", "--include-dashboard=false"] if i == 0 else [f"--address={address}"]
-            cmd = [RAY, "start", "--block", *where, *common, f"--temp-dir={root}/t{i}", f"--resources={{\"n{i}\": 1}}"]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          start_new_session=True))
-            if i == 0:
-                time.sleep(4)
-        job = subprocess.run([sys.executable, "-c", JOB, address], env=env, capture_output=True, text=True, timeout=180)
+    with LocalCluster(3) as c:
+        job = subprocess.run([sys.executable, "-c", JOB, c.address], env=c.env, capture_output=True, text=True, timeout=180)
         assert job.returncode == 0, job.stderr[-3000:]
         ids = json.loads(job.stdout.strip().splitlines()[-1])
-        yield {"address": address, "env": env, "ids": ids, "root": root}
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        for pid in _ours(root):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(root, ignore_errors=True)
+        yield {"address": c.address, "env": c.env, "ids": ids, "root": c.root, "cluster": c}
 
 
 def errmap(cluster, *args: str) -> subprocess.CompletedProcess:
@@ -134,6 +82,7 @@ def test_root_cause_first_with_its_node_and_the_clean_node_listed(cluster):
     assert nodes[ids["n2"]]["diagnoses"] == 0 and nodes[ids["n1"]]["diagnoses"] >= 1
     # only events travel back, not the logs
     assert all(n["payload_bytes"] < 100_000 for n in nodes.values())
+    assert all(n["scan_s"] >= 0 for n in nodes.values())  # each node's own scan time
 
     text = errmap(cluster, "--ray")
     assert text.returncode == 1
@@ -153,7 +102,7 @@ def test_since_drops_older_files(cluster):
 
 def test_unreachable_cluster_and_bad_since_are_clear_errors(cluster):
     env = {**cluster["env"], "RAY_ADDRESS": ""}
-    out = subprocess.run([sys.executable, "-m", "errmap", "scan", f"--ray=127.0.0.1:{_free_port()}"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "errmap", "scan", f"--ray=127.0.0.1:{free_port()}"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "no Ray cluster reachable" in out.stderr and "Traceback" not in out.stderr
@@ -161,17 +110,39 @@ def test_unreachable_cluster_and_bad_since_are_clear_errors(cluster):
     assert bad.returncode == 2 and "--since" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_a_dead_node_is_named_and_the_others_still_report(cluster):
-    # Last in this module: it kills node 2's raylet, which the cluster still lists as alive for a while.
-    raylets = [p for p in _ours(f"{cluster['root']}/t2")
-               if "raylet" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace").split("\0")[0]]
-    assert raylets
-    for pid in raylets:
-        os.kill(pid, signal.SIGKILL)
-    out = errmap(cluster, "--ray", "--node-timeout", "15", "--format", "json")
-    assert out.returncode == 2, out.stdout
-    doc = json.loads(out.stdout)
+def _open_by_any_process(path: Path) -> bool:
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            if os.readlink(fd) == str(path):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_a_node_that_dies_mid_scan_is_named_and_the_others_still_report(cluster):
+    # Last in this module: it kills node 2's raylet. Node 2's scan is held up by a log of its own that is
+    # slow to read (300,000 failure lines, each one through the full patterns); once its scan task has that
+    # file open, the raylet is killed, and the task's worker follows it within a second
+    # (raylet_death_check_interval_milliseconds), long before its scan could end.
+    slow = cluster["cluster"].logs(2) / "slow.log"
+    slow.write_text("".join(f"RuntimeError: step {i} failed\n" for i in range(300_000)))
+    scan = subprocess.Popen([sys.executable, "-m", "errmap", "scan", "--ray", "--node-timeout", "60", "--format", "json"],
+                            cwd=ROOT, env=cluster["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _open_by_any_process(slow):
+            assert scan.poll() is None and time.monotonic() < deadline, "node 2 never started scanning its log"
+            time.sleep(0.02)
+        cluster["cluster"].kill_raylet(2)
+        out, err = scan.communicate(timeout=240)
+    finally:
+        scan.kill()
+    assert scan.returncode == 2, out
+    doc = json.loads(out)
     assert doc["diagnoses"][0]["errno"] == 1017
-    dead = next(n for n in doc["nodes"] if n["node_id"] == cluster["ids"]["n2"])
-    assert dead["status"] in ("died", "timeout"), dead
-    assert cluster["ids"]["n2"][:12] in out.stderr
+    nodes = {n["node_id"]: n for n in doc["nodes"]}
+    ids = cluster["ids"]
+    assert nodes[ids["n2"]]["status"] in ("died", "timeout"), nodes[ids["n2"]]
+    assert nodes[ids["n0"]]["status"] == nodes[ids["n1"]]["status"] == "ok"
+    assert ids["n2"][:12] in err

@@ -36,7 +36,7 @@ def test_trl_keyerror_shows_trl_steps_and_no_verl_step():
     assert "verl" not in d["cause"] and "prompt" in d["cause"], d["cause"]
     assert all("verl" not in link.get("stack", []) for link in d["links"])
     text = errmap("scan", str(log)).stdout.decode()
-    assert "1 diagnosis (TRL; 1 file," in text and "\n     1. TRL" in text, text
+    assert "1 diagnosis (TRL; 1 file," in text and "\n   Fix    1. TRL" in text, text
 
 
 def test_trl_recording_shows_trl_steps_first():

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+
 from conftest import FIXTURES, scan_json
+
+from errmap.runs import ray_own
 
 
 def tops(doc: dict) -> list[int]:
@@ -30,6 +34,33 @@ def test_ray_session_folder_and_driver_log():
     assert len(first["files"]) >= 2  # the driver and the worker's own .err file
     assert any(ev.get("actor") == "WorkerDict" or "worker-" in ev["file"] for ev in first["evidence"])
     assert len(doc["sources"]) > 20  # every file of the session was read
+
+
+def test_a_failure_in_rays_own_logs_ranks_after_the_jobs_output(tmp_path):
+    """Recorded: three nodes on one host. The second node's dashboard agent could not bind its default port
+    (the head's agent holds it) and went on without its HTTP service; later that node's task ran out of
+    GPU memory. Ray's housekeeping is reported, after the job's failure."""
+    logs = FIXTURES / "sessions" / "ray-nodes-one-host" / "logs"
+    doc = scan_json(logs)
+    assert [d["errno"] for d in doc["diagnoses"]] == [1017, 1029]
+    oom, port = doc["diagnoses"]
+    assert "/worker-" in oom["file"] and port["file"].endswith("/dashboard_agent.log")
+    assert port["captures"]["port"] == "52365"
+    # Its ERROR records alone (no WARNING retries before them) still come after the job's failure.
+    shutil.copytree(logs, tmp_path / "logs")
+    agent = tmp_path / "logs" / "dashboard_agent.log"
+    agent.write_text("".join(ln for ln in agent.read_text().splitlines(True) if "Retrying in" not in ln))
+    assert [d["errno"] for d in scan_json(tmp_path / "logs")["diagnoses"]] == [1017, 1029]
+
+
+def test_which_files_are_rays_own():
+    for name in ("raylet.out", "raylet.1.err", "gcs_server.err", "dashboard_agent.log", "dashboard_JobHead.log",
+                 "runtime_env_agent.log", "log_monitor.log", "ray_client_server.out",
+                 "python-core-worker-c1b1f972da58618d0b406b524cccca724f6a6fac257507e57436fe10_18102.log"):
+        assert ray_own(f"/tmp/ray/session_latest/logs/{name}") and ray_own(f"copied/{name}"), name
+    assert ray_own("/tmp/ray/session_latest/logs/monitor.log") and not ray_own("run/monitor.log")
+    for name in ("worker-c1b1f972-01000000-18102.err", "job-driver-raysubmit_1.log", "train.log"):
+        assert not ray_own(f"/tmp/ray/session_latest/logs/{name}"), name
 
 
 def test_repeated_lines_are_one_incident_with_a_count(tmp_path):

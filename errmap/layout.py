@@ -1,0 +1,140 @@
+"""Text laid out for a terminal: wrapped at its width with hanging indents, never inside a token.
+
+The width is COLUMNS when it is set, else the terminal's when the output goes to one, else WIDTH:
+piped or redirected output is laid out at 80 columns wherever it runs, so that it reads the same in
+a file, a pager or a test. Lines break only at white space and at the edge of a wide (CJK)
+character; a `code span`, a config key, a path or a URL is never split. A token wider than a whole
+line starts a line of its own and runs past the edge (the terminal folds it) rather than being cut:
+what is copied from the screen is then still the whole token.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+import regex
+from rich.cells import cell_len
+from rich.console import Console
+from rich.text import Text
+
+WIDTH = 80  # columns of output that is not a terminal, when COLUMNS is not set
+MIN_ROOM = 16  # cells a wrapped line keeps after its indent, however narrow the terminal
+ELLIPSIS = "…"
+
+_UNIT = regex.compile(r"`[^`\n]+`|\s+|\X")  # a code span, a run of white space, one character
+_PLAIN = regex.compile(r"\s+|\X")
+_NO_START = set(",.;:!?)]}%'\"、，。；：！？）》」』】…’”")  # never the first character of a line
+_NO_END = set("([{（《「『【‘“")  # never the last
+_SENTENCE_END = (".", ";", "。", "；", "！", "？", "!", "?")
+
+
+def width(stream: TextIO) -> int:
+    """The columns to lay out for: COLUMNS, else the terminal `stream` writes to, else WIDTH."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns or WIDTH
+    except (AttributeError, OSError, ValueError):
+        pass
+    return WIDTH
+
+
+def console(stderr: bool = False) -> Console:
+    """A console for stdout (or stderr) at `width`; it never wraps on its own: `block` does."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width(sys.stderr if stderr else sys.stdout))
+
+
+def _text(markup: str) -> Text:
+    """Markup as rich Text on one line: a tab or a newline of a log or a KB text reads as a space."""
+    return Text.from_markup(markup.replace("\t", " ").replace("\n", " "))
+
+
+def _wide(unit: str) -> bool:
+    return len(unit) == 1 and cell_len(unit) == 2
+
+
+def _atoms(text: str, room: int) -> list[tuple[int, int, bool]]:
+    """(start, end, fresh) of the pieces a line may break between: white space separates them, and so
+    does the edge of a wide character (not before closing punctuation); a code span is one piece
+    unless it is wider than `room`, when it breaks at its own spaces and starts a line (`fresh`)."""
+    units: list[tuple[int, int, str, bool]] = []
+    for m in _UNIT.finditer(text):
+        u = m.group()
+        if len(u) > 1 and u.startswith("`") and cell_len(u) > room:
+            units += [(m.start() + p.start(), m.start() + p.end(), p.group(), not p.start()) for p in _PLAIN.finditer(u)]
+        else:
+            units.append((m.start(), m.end(), u, False))
+    atoms: list[list] = []
+    prev = None  # the unit before, None after white space
+    for start, end, u, fresh in units:
+        if u.isspace():
+            prev = None
+            continue
+        if prev is not None and not fresh and not (
+                (_wide(prev) or _wide(u)) and u[0] not in _NO_START and prev[-1] not in _NO_END):
+            atoms[-1][1] = end
+        else:
+            atoms.append([start, end, fresh])
+        prev = u
+    return [(a, b, fresh) for a, b, fresh in atoms]
+
+
+def _breaks(text: str, first: int, room: int) -> list[int]:
+    """Offsets in `text` where its lines after the first start: `first` cells on the first line, `room` on the rest."""
+    starts: list[int] = []
+    used, avail, end = 0, first, 0
+    for a, b, fresh in _atoms(text, room):
+        size = cell_len(text[a:b])
+        gap = cell_len(text[end:a]) if used else 0
+        if (used + gap + size > avail or fresh) and (used or avail < size <= room):
+            starts.append(a)
+            used, avail = size, room
+        else:
+            used += gap + size
+        end = b
+    return starts
+
+
+def _cut(text: str, first: int, room: int, lines: int) -> int | None:
+    """Where to end `text` so that it and an ellipsis fill at most `lines` lines: after a sentence when
+    one ends in the last quarter, else after a word; None when it fits whole."""
+    starts = _breaks(text, first, room)
+    if len(starts) < lines:
+        return None
+    ends = [b for _, b, _ in reversed(_atoms(text[: starts[lines - 1]], room))]
+    word = next((b for b in ends if len(_breaks(text[:b] + " " + ELLIPSIS, first, room)) < lines), 0)
+    sentence = next((b for b in ends if b <= word and text[b - 1] in _SENTENCE_END), 0)
+    return sentence if sentence >= 3 * word // 4 else word
+
+
+def block(con: Console, lead: str, body: str = "", lines: int | None = None) -> None:
+    """Print markup `lead` then markup `body`, wrapped at the console's width, every line after the
+    first indented to where the body starts; with `lines`, cut to that many lines with an ellipsis (or
+    to nothing when not a word of it fits)."""
+    head, text = _text(lead), _text(body)
+    indent = cell_len(head.plain)
+    room = max(con.width - indent, MIN_ROOM)
+    first = max(con.width - indent, 0)
+    if lines is not None and (cut := _cut(text.plain, first, room, lines)) is not None:
+        text = text[:cut]  # nothing when not a word fits
+        if cut:
+            text.rstrip()
+            text.append(ELLIPSIS if _wide(text.plain[-1]) else " " + ELLIPSIS)
+    offsets = [len(head.plain) + b for b in _breaks(text.plain, first, room)]
+    rows = (head + text).divide(offsets)
+    out = Text()
+    for i, line in enumerate(rows):
+        line.rstrip()
+        out.append_text(Text("\n" + " " * indent) + line if i else line)
+    con.print(out)
+
+
+def row(con: Console, markup: str) -> None:
+    """Print markup as one row, cut with an ellipsis at the console's width."""
+    text = _text(markup)
+    text.truncate(con.width, overflow="ellipsis")
+    con.print(text)

@@ -1,0 +1,225 @@
+"""The text report laid out at the terminal's width: on a real pty of 80x24 and 200x50, and in a pipe.
+
+Lines wrap with hanging indents and never inside a `code span`, a config key, a path or a URL; a
+diagnosis fits one 80x24 screen by default, -v shows all of it; Chinese (two cells a character) too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+from rich.cells import cell_len
+
+from conftest import ROOT, errmap
+
+CASCADE = "fixtures/1031/gpu-gloo-oom-cascade.log"
+P40 = "fixtures/1012/vllm-prefix-prefill-p40.log"
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+SPAN = re.compile(r"`[^`]+`")
+KEY = re.compile(r"\w+(?:\.\w+)+|\w*[a-z]_\w+", re.ASCII)  # dotted.keys and snake_case_tokens
+
+
+def on_terminal(args: list[str], cols: int, rows: int, env: dict | None = None) -> list[str]:
+    """errmap's output lines on a real pty of `cols` x `rows` (COLUMNS unset: the window size decides)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    base = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    p = subprocess.Popen([sys.executable, "-m", "errmap", *args], stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
+                         env={**base, "TERM": "xterm-256color", "ERRMAP_LANG": "en", **(env or {})}, start_new_session=True)
+    os.close(slave)
+    seen, deadline = b"", time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # EIO: errmap exited and the terminal has nothing left to read
+                break
+            if not data:
+                break
+            seen += data
+    else:
+        os.killpg(p.pid, signal.SIGKILL)
+        raise AssertionError(f"errmap hung on a terminal; it printed {seen!r}")
+    os.close(master)
+    p.wait(timeout=30)
+    text = ESCAPES.sub("", seen.decode("utf-8"))
+    assert f'File "{ROOT / "errmap"}' not in text, text  # never a traceback of errmap's own
+    return text.replace("\r\n", "\n").split("\n")
+
+
+def piped(*args: str, cols: int | None = None, env: dict | None = None) -> list[str]:
+    base = {"COLUMNS": str(cols) if cols else ""}
+    return errmap(*args, env={**base, **(env or {})}).stdout.decode().split("\n")
+
+
+def diagnosis(lines: list[str], n: int = 1) -> list[str]:
+    """The rows of diagnosis `n`: from its header to the blank line after it."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{n}. "))
+    end = next(i for i in range(start, len(lines)) if not lines[i].strip())
+    return lines[start:end]
+
+
+def flat(lines: list[str]) -> str:
+    return " ".join(" ".join(lines).split())
+
+
+def tokens_whole(kb_text: list[str], lines: list[str], room: int) -> None:
+    """Every code span and config key of `kb_text` that fits in `room` cells is whole on one rendered line."""
+    for text in kb_text:
+        for token in {*SPAN.findall(text), *KEY.findall(SPAN.sub(" ", text))}:
+            if cell_len(token) <= room:
+                assert any(token in line for line in lines), (token, lines)
+
+
+def steps_of(path: str) -> list[str]:
+    doc = json.loads(errmap("scan", "--format", "json", path).stdout)
+    return doc["diagnoses"][0]["fix"]
+
+
+def test_the_1031_cascade_on_an_80x24_terminal():
+    lines = on_terminal(["scan", CASCADE], 80, 24)
+    assert all(cell_len(line) <= 80 for line in lines), [line for line in lines if cell_len(line) > 80]
+    d = diagnosis(lines)
+    assert len(d) <= 24, "\n".join(d)
+    steps = steps_of(CASCADE)
+    shown = [i for i, line in enumerate(d) if re.match(r"\s+(Fix\s+)?\d\. ", line)]
+    assert len(shown) == 3 < len(steps) and f"({len(steps) - 3} more step" in flat(d)
+    assert all(flat([step]) in flat(d) for step in steps[:3])
+    tokens_whole(steps[:3], d, 80 - 13)
+    # Hanging indents: the cause's lines under its text, each step's lines under the text after "1. ".
+    cause = next(i for i, line in enumerate(d) if line.startswith("   Cause  "))
+    assert [line[:10] for line in d[cause + 1:shown[0]]] == [" " * 10] * (shown[0] - cause - 1)
+    assert len(range(cause, shown[0])) <= 3 and d[shown[0] - 1].endswith("…")
+    for a, b in zip(shown, shown[1:]):
+        assert all(line.startswith(" " * 13) and line[13] != " " for line in d[a + 1:b])
+    evidence = next(line for line in d if "│" in line)
+    assert evidence.endswith("…") and cell_len(evidence) == 80  # one row, cut at the width
+    assert sum("https://" in line for line in d) == 1 and "more: errmap explain 1017" in flat(d)
+
+
+def test_the_1031_cascade_on_a_200x50_terminal_and_with_v():
+    lines = on_terminal(["scan", CASCADE], 200, 50)
+    assert all(cell_len(line) <= 200 for line in lines) and max(map(cell_len, lines)) > 150
+    assert len(diagnosis(lines)) < 16
+    full = on_terminal(["scan", "-v", CASCADE], 80, 24)
+    assert all(cell_len(line) <= 80 for line in full)
+    d = diagnosis(full)
+    doc = json.loads(errmap("scan", "--format", "json", CASCADE).stdout)["diagnoses"][0]
+    assert all(flat([step]) in flat(d) for step in doc["fix"]) and "more step" not in flat(d)
+    assert flat([doc["cause"]]) in flat(d) and sum("https://" in line for line in d) == len(doc["links"])
+    tokens_whole(doc["fix"], d, 80 - 13)
+
+
+def test_piped_output_is_80_columns_unless_columns_says_otherwise():
+    default = piped("scan", CASCADE)
+    assert max(map(cell_len, default)) == 80
+    assert piped("scan", CASCADE, cols=80) == default  # the README's sample is this output
+    wide = piped("scan", CASCADE, cols=200)
+    assert 80 < max(map(cell_len, wide)) <= 200 and len(wide) < len(default)
+
+
+def test_the_readme_sample_is_the_real_output_at_80_columns():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = f"$ errmap scan {CASCADE}\n"
+    start = readme.index(command) + len(command)
+    if (ROOT / "site").is_dir():
+        pytest.skip("a docs site built in the checkout makes `more:` a link to its pages")
+    assert readme[start:readme.index("```", start)] == "\n".join(piped("scan", CASCADE, env={"ERRMAP_DOCS_URL": ""}))
+
+
+def test_json_is_the_same_at_any_width():
+    outs = {errmap("scan", "--format", fmt, CASCADE, env={"COLUMNS": str(cols)}).stdout
+            for fmt in ("json",) for cols in (30, 80, 200)}
+    assert len(outs) == 1
+    assert len({errmap("scan", "--format", "sarif", CASCADE, env={"COLUMNS": str(c)}).stdout for c in (30, 200)}) == 1
+
+
+def test_a_token_wider_than_the_line_runs_past_the_edge_whole():
+    url = "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
+    lines = piped("explain", "1001", cols=50)
+    over = [line for line in lines if cell_len(line) > 50]
+    assert over and all(len(line.split()) <= 2 for line in over), over  # a label at most, then the one token
+    assert any(url in line for line in lines)
+
+
+def test_explain_wraps_at_80_with_hanging_indents():
+    lines = on_terminal(["explain", "CUDA error: no kernel image is available"], 80, 24)
+    from errmap import kb as kbmod
+
+    e = kbmod.load().entries[1001]
+    steps = [e.fill(s.text) for s in e.fix]
+    assert flat(steps) in flat(lines) or all(flat([s]) in flat(lines) for s in steps)
+    tokens_whole(steps, lines, 80 - 5)
+    over = [line for line in lines if cell_len(line) > 80]
+    assert all(len(line.split()) <= 2 for line in over), over  # only a URL wider than the room overflows
+    first = next(i for i, line in enumerate(lines) if line.startswith("  1. "))
+    assert lines[first + 1].startswith("     ") and lines[first + 1][5] != " "
+
+
+def test_list_at_80_never_breaks_a_title_mid_word():
+    from errmap import kb as kbmod
+
+    titles = {e.errno: e.title for e in kbmod.load()}
+    for lines in (on_terminal(["list"], 80, 24), piped("list", cols=80)):
+        assert all(cell_len(line) <= 80 for line in lines)
+        rows: dict[int, list[str]] = {}
+        last = None
+        for line in lines:
+            if m := re.match(r"  (\d{4})  \S+\s+", line):
+                last = int(m.group(1))
+                rows[last] = [line[m.end():]]
+                column = m.end()
+            elif last is not None and line.startswith(" " * 10) and line.strip():
+                assert line[:column].strip() == "" and line[column] != " ", line  # under the title column
+                rows[last].append(line[column:])
+            else:
+                last = None
+        assert set(rows) == set(titles)
+        for errno, parts in rows.items():
+            assert re.sub(r" \(consequence\)$", "", " ".join(parts).strip()) == titles[errno], parts
+
+
+def test_chinese_wraps_at_80_cells():
+    zh = {"ERRMAP_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "zh_CN.UTF-8"}
+    from errmap import kb as kbmod
+
+    kb = kbmod.load()
+    for lines in (on_terminal(["scan", P40], 80, 24, env=zh), piped("scan", "--lang", "zh", P40, cols=80),
+                  on_terminal(["explain", "1009", "--lang", "zh"], 80, 24)):
+        assert all(cell_len(line) <= 80 for line in lines), [line for line in lines if cell_len(line) > 80]
+        assert any(cell_len(line) > 70 for line in lines)  # wrapped at the width, not short of it
+    scan = piped("scan", "--lang", "zh", P40, cols=80)
+    d = diagnosis(scan)
+    assert len(d) <= 24
+    shown = json.loads(errmap("scan", "--format", "json", "--lang", "zh", P40).stdout)["diagnoses"][0]["zh"]["fix"][:3]
+    assert all(flat([step]).replace(" ", "") in flat(d).replace(" ", "") for step in shown)
+    tokens_whole(shown, d, 80 - 12)
+    explain = on_terminal(["explain", "1009", "--lang", "zh"], 80, 24)
+    tokens_whole(list(kb.zh[1009].fix), explain, 80 - 5)
+
+
+def test_watch_and_run_take_v():
+    log = (ROOT / CASCADE).read_bytes()
+    steps = re.compile(r"\s+(Fix\s+)?\d+\. ")
+
+    def shown(out: bytes) -> int:  # fix steps of the first diagnosis printed live
+        lines = out.decode().split("\n")
+        start = next(i for i, line in enumerate(lines) if line.startswith("1017 "))
+        return sum(bool(steps.match(line)) for line in lines[start:lines.index("", start)])
+
+    assert shown(errmap("watch", input=log, env={"COLUMNS": "80"}).stdout) == 3
+    assert shown(errmap("watch", "-v", input=log, env={"COLUMNS": "80"}).stdout) > 3
+    assert shown(errmap("run", "--verbose", "--", "cat", CASCADE, env={"COLUMNS": "80"}).stderr) > 3
