@@ -63,7 +63,7 @@ def prose(value: str, names: set[str] | None = None) -> str:
     from errmap.kb import OPTIONAL
 
     names = names or set()
-    value = OPTIONAL.sub(r"\1", value)  # a page shows the template: optional fragments stay
+    value = OPTIONAL.sub("", value)  # a page shows the template: the fragments that one log fills in are left out
 
     def holes(part: str) -> str:
         out, last = [], 0

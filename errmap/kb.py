@@ -195,10 +195,12 @@ class Entry:
     related: tuple[int, ...] = ()
     caused_by: tuple[int, ...] = ()
     applies_to: str | None = None
+    unshown: tuple[tuple[str, str], ...] = ()  # (capture, what reads it instead of the cause and fix)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Entry:
         nested = {"anchors": Anchor, "fix": Step, "links": Link, "checks": Check, "predicts": Prediction, "exits": ExitCause}
+        d = {**d, "unshown": tuple(map(tuple, dict(d.get("unshown", ())).items()))}
         return cls(**{
             k: tuple(nested[k](**x) for x in v) if k in nested else tuple(v) if isinstance(v, list) else v
             for k, v in d.items()
@@ -222,14 +224,14 @@ class Entry:
         """Put captured values into a cause or fix text.
 
         `[[ ... ]]` marks an optional fragment: kept only when every capture it names was found.
-        Without captures (`errmap explain`, the docs) the text is a template: fragments stay and
-        placeholders show as <name>.
+        Without captures (`errmap explain`, the docs) the text is a template: the fragments, which say
+        what one log gave, are left out and the other placeholders show as <name>.
         """
         from errmap.gpus import PLACEHOLDERS
 
         names = self.captures | set(PLACEHOLDERS)
         if captures is None:
-            text = OPTIONAL.sub(r"\1", text)
+            text = OPTIONAL.sub("", text)
             captures = {}
         else:
             text = OPTIONAL.sub(

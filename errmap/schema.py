@@ -305,6 +305,9 @@ class Entry(BaseModel):
     related: list[int] = Field(default_factory=list)
     caused_by: list[int] = Field(default_factory=list)
     applies_to: str | None = None
+    unshown: dict[str, str] = Field(
+        default_factory=dict,
+        description="captures the cause and fix do not show, each with what reads it instead (a check, the key, the GPU detection)")
 
     @property
     def captures(self) -> set[str]:
@@ -322,6 +325,12 @@ class Entry(BaseModel):
             for name in PLACEHOLDER.findall(text):
                 if name not in names and name not in PLACEHOLDERS:
                     raise ValueError(f"placeholder {{{name}}} is not a capture of any anchor")
+        shown = set(PLACEHOLDER.findall(" ".join([self.cause, *(s.text for s in self.fix)])))
+        for name in self.unshown:
+            if name not in names:
+                raise ValueError(f"unshown {name!r} is not a capture of any anchor")
+            if name in shown:
+                raise ValueError(f"unshown {name!r} is shown: a placeholder in the cause or fix names it")
         for check in self.checks:
             if check.capture and check.capture not in names:
                 raise ValueError(f"check capture {check.capture!r} is not a capture of any anchor")

@@ -15,10 +15,11 @@ T = TypeVar("T")
 ORDER = ("verl", "openrlhf", "llamafactory", "trl", "deepspeed", "serving", "pytorch")
 # Stacks built on another whose steps also hold for them (TRL and LLaMA-Factory train with HF's Trainer).
 ALSO = {"trl": ("pytorch",), "llamafactory": ("pytorch",), "deepspeed": ("pytorch",)}
-# A frame's path: a package directory (or HF's Trainer module) -> its stack.
+# A frame's path: a package directory (or HF's Trainer module) -> its stack. `accelerate` and `trainer` (HF's
+# Trainer) are resolved by framework(): HF's Trainer runs every step through accelerate.
 FRAME_PACKAGE = regex.compile(
-    r"[/\\](?:(?P<verl>verl)|(?P<openrlhf>openrlhf)|(?P<llamafactory>llamafactory)|(?P<trl>trl)"
-    r"|(?P<deepspeed>deepspeed|accelerate)|(?P<serving>vllm|sglang)|(?P<pytorch>torch|transformers[/\\]trainer\.py))(?=[/\\]|$)"
+    r"[/\\](?:(?P<verl>verl)|(?P<openrlhf>openrlhf)|(?P<llamafactory>llamafactory)|(?P<trl>trl)|(?P<deepspeed>deepspeed)"
+    r"|(?P<accelerate>accelerate)|(?P<serving>vllm|sglang)|(?P<trainer>transformers[/\\]trainer\.py)|(?P<pytorch>torch))(?=[/\\]|$)"
 )
 INSTALLED = regex.compile(r"(?=[/\\](?:site|dist)-packages[/\\])")
 # Lines outside tracebacks that name the stack: verl's config keys (its config dump and Hydra overrides),
@@ -35,8 +36,14 @@ def in_frame(path: str) -> str | None:
 
 
 def framework(stacks: set[str] | dict[str, object]) -> str | None:
-    """The one stack that wrote a run's logs, from all it named."""
-    return next((s for s in ORDER if s in stacks), None)
+    """The one stack that wrote a run's logs, from all it named: accelerate frames under HF's Trainer are the
+    Trainer's (a PyTorch / HF Trainer run), accelerate alone is an accelerate run."""
+    named = set(stacks)
+    if "accelerate" in named:
+        named.add("pytorch" if "trainer" in named else "deepspeed")
+    if "trainer" in named:
+        named.add("pytorch")
+    return next((s for s in ORDER if s in named), None)
 
 
 def fitting(items: Iterable[T], stack: str | None) -> list[T]:

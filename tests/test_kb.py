@@ -157,6 +157,9 @@ def test_fix_steps_and_links_carry_their_stacks(tmp_path):
         ("a plain string is a general step", ()), ("TRL: lower it", ("trl",)), ("for two stacks", ("verl", "openrlhf"))]
     assert e.links[0].stack == ("pytorch",)
     assert kbmod.Entry.from_dict(e.to_dict()) == e  # the cache round trip keeps them
+    path.write_text(USER_ENTRY + "unshown: {n: read by a check}\n")
+    e = kbmod.load_entry(path, kbmod.USER_RANGE)
+    assert e.unshown == (("n", "read by a check"),) and kbmod.Entry.from_dict(e.to_dict()) == e
 
 
 def test_an_unknown_stack_is_named_with_its_line(tmp_path):
@@ -171,3 +174,34 @@ def test_every_stack_has_a_name():
     from errmap import schema
 
     assert set(schema.Stack.__args__) == set(kbmod.STACKS)
+
+
+def test_every_capture_is_shown_or_declared_unshown(kb):
+    """A capture is read from the log to be shown: each one is a placeholder of the cause or a fix step,
+    in English and in Chinese, unless the entry's `unshown` names what reads it instead."""
+    missing = []
+    for e in kb:
+        declared = dict(e.unshown)
+        zh = kb.zh.get(e.errno)
+        for lang, texts in (("en", [e.cause, *(s.text for s in e.fix)]), ("zh", [zh.cause, *zh.fix] if zh else [])):
+            shown = set(kbmod.PLACEHOLDER.findall(" ".join(texts)))
+            missing += [f"{e.errno} {lang}: {{{name}}}" for name in sorted(e.captures - shown - set(declared))]
+        assert all(reason.strip() for reason in declared.values()), e.errno
+    assert not missing, "captured but never shown nor declared unshown:\n" + "\n".join(missing)
+
+
+def test_unshown_names_a_capture_that_is_not_shown(tmp_path):
+    path = tmp_path / "9101-stack-test.yaml"
+    for unshown, says in (("{nope: x}", "unshown 'nope' is not a capture"), ("{n: a check}", "unshown 'n' is shown")):
+        path.write_text(USER_ENTRY.replace("a cause for the test", "a cause for the test: {n}") + f"unshown: {unshown}\n")
+        with pytest.raises(kbmod.KBError) as err:
+            kbmod.load_entry(path, kbmod.USER_RANGE)
+        assert says in str(err.value), err.value
+
+
+def test_a_template_leaves_out_the_fragments_a_log_fills_in(kb):
+    e = kb.get(1021)
+    template = e.fill(e.cause)
+    assert "[[" not in template and "<killed>" not in template and template.startswith("The host ran out of RAM")
+    filled = e.fill(e.cause, {"tried_bytes": "262144000"})
+    assert "could not get 262144000 bytes" in filled and "<killed>" not in filled

