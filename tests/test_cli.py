@@ -44,7 +44,7 @@ def test_json_contract(tmp_path):
     (d,) = doc["diagnoses"]
     assert CONTRACT <= d.keys()
     assert (d["errno"], d["slug"], d["role"], d["line"], d["count"]) == (1012, "triton-shared-memory", "root", 2, 1)
-    assert d["captures"] == {"resource": "shared memory", "required": "81920", "limit": "49152"}
+    assert d["captures"] == {"required": "81920", "limit": "49152"}
     assert "81920" in d["cause"] and d["links"][0]["url"].startswith("https://")
 
 
