@@ -1,24 +1,33 @@
 """Matches: a two-stage matcher over raw bytes.
 
 Stage one runs one multi-literal automaton (see prefilter.py) over whole chunks to find every anchor's required
-literal; stage two decodes only the lines that hold a hit, peels their prefixes and runs the
-anchors' full patterns there. Line numbers come from counting newlines in the skipped bytes.
+literal; with Hyperscan, the lines that hold a hit then go, joined, through one database of every anchor's pattern
+as a byte-level superset (superset.py), so only the anchors that may really match a line are left for it. Stage two
+decodes only the lines with something left, peels their prefixes and runs those anchors' full patterns there.
+Line numbers come from counting newlines in the skipped bytes.
 `\r` ends a line segment (tqdm bars) but only `\n` advances the line number, as in an editor.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import os
 import sys
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import regex
 
-from errmap.kb import KB, USER_RANGE, Anchor, Entry
+from errmap import superset as superset_module
+from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex
 from errmap.lines import ANSI, Line, peel
-from errmap.prefilter import build
+from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
+from errmap.superset import Unsupported, superset
 from errmap.stack import LITERALS as STACK_LITERALS, in_frame
 
 MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their start
@@ -72,6 +81,20 @@ _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
 def _failure_shaped(raw: bytes) -> bool:
     """A cheap necessary condition for GENERIC: a type followed by ':' or '(', or a bare type at the end."""
     return any(x in raw for x in _SHAPES) or raw.rstrip().endswith((b"Error", b"Exception"))
+
+
+# Where a line's text is more than a part of its bytes' decoding: an SGR code that lost its ESC is removed (`\d`
+# takes any digit) and a quoted `raise X("...")` rewritten (lines.peel). Such a line keeps every anchor whose
+# literal it holds; the escapes and NUL bytes that are removed are removed here too before the supersets run.
+_REWRITTEN = regex.compile(rb"raise |\[[0-9;\x80-\xff]*m")
+
+
+def _text(raw: bytes) -> bytes | None:
+    """The bytes of the text that a line's anchors run on, less its prefixes; None where it is rewritten."""
+    if b"\x1b" in raw or b"\xc2" in raw:
+        raw = ANSI.sub(b"", raw)
+    raw = raw.replace(b"\x00", b"")
+    return None if _REWRITTEN.search(raw) else raw
 
 
 def _search(pattern: regex.Pattern[str], text: str, risky: bool) -> regex.Match[str] | None:
@@ -131,6 +154,59 @@ class Matcher:
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
         self.prefilter = build(self.literals)
+        # stage-one ids that only name a stack: once it is named, nothing more to learn from them
+        self.names = {k: _STACKS[_STACK - i] for k, (i, *more) in enumerate(self.targets) if not more and i <= _STACK}
+        # The supersets: the database, the id each pattern stands for, and the ids that have one (`gate`).
+        self.supersets: Hyperscan | None = None
+        self.superset_ids: list[int] = []
+        self.gate: set[int] = set()
+        if patterns_wanted():
+            self._supersets()
+
+    def _supersets(self) -> None:
+        """Every anchor's superset, and GENERIC's and GPU_ERROR's for the unknown failures; an anchor without one
+        (it would match empty; Hyperscan refuses it) runs on every line holding its literal. The table is cached
+        beside the KB's, keyed by what it is built from."""
+        anchors = [message_regex(a.regex) for _, a in self.anchors] + [GENERIC.pattern, GPU_ERROR.pattern]
+        h = hashlib.sha256(repr(anchors).encode())
+        for code in (__file__, superset_module.__file__):
+            h.update(Path(code).read_bytes())
+        path = cache_dir() / f"supersets-{h.hexdigest()[:24]}.json"
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, ValueError):
+            table = None
+        try:
+            table = table or self._table(anchors, checked=False)
+            self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
+        except HyperscanError:  # find the patterns Hyperscan refuses, one by one
+            table = self._table(anchors, checked=True)
+            self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
+        self.superset_ids = [i for _, i in table]
+        self.gate = set(self.superset_ids)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(table))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: built each time
+
+    def _table(self, patterns: list[str], checked: bool) -> list[tuple[str, int]]:
+        """(Hyperscan pattern, id) for every pattern with a superset; GENERIC's two patterns stand for one id."""
+        ids = list(range(len(self.anchors))) + [_GENERIC, _GENERIC]
+        found: dict[int, list[str] | None] = {}
+        for i, pattern in zip(ids, patterns):
+            try:
+                # a user's anchor runs on every line holding its literal: its regex timeouts count as before
+                sup = None if i >= 0 and self.anchors[i][0].errno in USER_RANGE else superset(pattern)
+            except Unsupported:
+                sup = None
+            if sup is None or (checked and not compiles(sup)):
+                found[i] = None  # this id runs on every line holding its literal
+            elif found.get(i, []) is not None:
+                found.setdefault(i, []).append(sup.decode("latin-1"))
+        return [(p, i) for i, sups in found.items() if sups for p in sups]
 
     def scanner(self, path: str) -> Scanner:
         return Scanner(self, path)
@@ -260,7 +336,10 @@ class Scanner:
         hits: dict[int, tuple[int, set[int]]] = {}  # line start -> (line end, anchor ids)
         s = e = -1  # the line [s, e) of the previous hit: hits come in order, so each search for a
         # line's bounds starts where the previous line ended (linear on a long line full of hits)
+        names = m.names
         for pat, stop in m.prefilter.hits(block):
+            if pat in names and names[pat] in self._stacks:
+                continue
             if s < stop <= e:
                 hits[s][1].update(m.targets[pat])
                 continue
@@ -276,9 +355,11 @@ class Scanner:
             e = block.find(b"\n", stop, r if r >= 0 else len(block))
             e = e if e >= 0 else r if r >= 0 else len(block)
             hits[s] = (e, set(m.targets[pat]))
+        starts = sorted(hits)
+        narrowed = self._narrow(block, starts, hits) if m.supersets is not None else {}
         events: list[Event] = []
         pos, lineno = 0, self.lineno
-        for s in sorted(hits):
+        for s in starts:
             e, ids = hits[s]
             lineno += block.count(b"\n", pos, s)
             pos = s
@@ -302,8 +383,11 @@ class Scanner:
                 continue  # a frame or a traceback header only: recorded, nothing to match
             if self._open is not None and _failure_shaped(raw):
                 self._open = None  # the traceback's exception line, known or not
+            tried = narrowed.get(s, ids)
+            if not any(i >= _GENERIC for i in tried):
+                continue  # no superset matched: no anchor can
             line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
-            found = m.match_line(line, ids, self._frames)
+            found = m.match_line(line, tried, self._frames)
             if len(found) == 1 and isinstance(found[0], Unrecognized):
                 found = self._continued(block, e, line) or found
             if found:
@@ -312,6 +396,30 @@ class Scanner:
         if not cut:
             self.lineno = lineno + block.count(b"\n", pos)
         return events
+
+    def _narrow(self, block: bytes, starts: list[int], hits: dict[int, tuple[int, set[int]]]) -> dict[int, set[int]]:
+        """The ids left to try on each line whose text the supersets can read (line start -> ids): those without a
+        superset and those whose superset matches. The lines' texts are joined and matched in one call."""
+        m = self.matcher
+        texts: list[bytes] = []
+        keys: list[int] = []
+        narrowed: dict[int, set[int]] = {}
+        for s in starts:
+            e, ids = hits[s]
+            if ids.isdisjoint(m.gate) or (ids == _GENERIC_ONLY and not _failure_shaped(block[s:e])):
+                continue
+            text = _text(block[s:e])
+            if text is not None:
+                narrowed[s] = ids - m.gate
+                texts.append(text)
+                keys.append(s)
+        if texts:
+            ends = list(itertools.accumulate(len(t) + 1 for t in texts))  # where each text's successor starts
+            for k, stop in m.supersets.hits(b"\n".join(texts)):  # no superset matches a line break
+                s = keys[bisect_right(ends, stop - 1)]
+                if (i := m.superset_ids[k]) in hits[s][1]:
+                    narrowed[s].add(i)
+        return narrowed
 
     def _named(self, stack: str | None, lineno: int, raw: bytes) -> list[Named]:
         if stack is None or stack in self._stacks:
