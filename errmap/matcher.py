@@ -281,31 +281,42 @@ class Scanner:
     path: str
     lineno: int = 1  # number of the line that the next byte belongs to
     lines_cut: int = 0
-    _carry: bytes = b""
+    _buf: bytearray = field(default_factory=bytearray, repr=False)  # the unfinished last line, then the next chunk
     _skipping: bool = field(default=False, repr=False)
     _frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=64), repr=False)
     _open: tuple[int, bytes] | None = field(default=None, repr=False)  # a traceback header no failure has followed yet
     _stacks: set[str] = field(default_factory=set, repr=False)  # stacks named so far
 
-    def feed(self, chunk: bytes) -> list[Event]:
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[Event]:
+        self.take(chunk)
+        return self.match()
+
+    def take(self, chunk: bytes | bytearray | memoryview) -> None:
+        """Append a chunk (it may be a reader's reused buffer: it is copied once, here)."""
+        self._buf += chunk
+
+    def match(self) -> list[Event]:
+        """Match the whole lines taken, in place; only the unfinished last line stays for the next chunk. Matching
+        again after an interruption matches what was left."""
         events: list[Event] = []
+        buf = self._buf
         if self._skipping:
-            ends = [i for i in (chunk.find(b"\n"), chunk.find(b"\r")) if i >= 0]
+            ends = [i for i in (buf.find(b"\n"), buf.find(b"\r")) if i >= 0]
             if not ends:
+                buf.clear()
                 return events
-            chunk = chunk[min(ends):]
+            del buf[: min(ends)]
             self._skipping = False
-        buf = self._carry + chunk if self._carry else chunk
-        end = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        nl = buf.rfind(b"\n")
+        end = max(nl, buf.rfind(b"\r", nl + 1))
         if end >= 0:
-            events += self._scan(buf[: end + 1])
-            buf = buf[end + 1:]
+            events += self._scan(buf, end + 1)
+            del buf[: end + 1]  # the start of a bytearray moves: no copy of what stays
         if len(buf) > MAX_LINE:
-            events += self._scan(buf[:MAX_LINE], cut=True)
+            events += self._scan(buf, MAX_LINE, cut=True)
             self.lines_cut += 1
-            buf = b""
+            buf.clear()
             self._skipping = True
-        self._carry = buf
         return events
 
     def finish(self) -> list[Event]:
@@ -315,8 +326,9 @@ class Scanner:
 
     def flush(self) -> list[Event]:
         """The last line, which may lack its newline."""
-        rest, self._carry = self._carry, b""
-        return self._scan(rest) if rest else []
+        rest = bytes(self._buf)
+        self._buf.clear()
+        return self._scan(rest, len(rest)) if rest else []
 
     def ended(self) -> list[Event]:
         """A traceback cut before its exception line is still a failure."""
@@ -330,14 +342,14 @@ class Scanner:
             self._open = None
         return events
 
-    def _scan(self, block: bytes, cut: bool = False) -> list[Event]:
-        """Match a block of whole lines (or one cut line) and advance the line count."""
+    def _scan(self, block: bytes | bytearray, limit: int, cut: bool = False) -> list[Event]:
+        """Match the whole lines (or one cut line) of block[:limit] and advance the line count."""
         m = self.matcher
         hits: dict[int, tuple[int, set[int]]] = {}  # line start -> (line end, anchor ids)
         s = e = -1  # the line [s, e) of the previous hit: hits come in order, so each search for a
         # line's bounds starts where the previous line ended (linear on a long line full of hits)
         names = m.names
-        for pat, stop in m.prefilter.hits(block):
+        for pat, stop in m.prefilter.hits(memoryview(block)[:limit]):
             if pat in names and names[pat] in self._stacks:
                 continue
             if s < stop <= e:
@@ -351,9 +363,9 @@ class Scanner:
                 e = hits[s][0]
                 hits[s][1].update(m.targets[pat])
                 continue
-            r = block.find(b"\r", stop)
-            e = block.find(b"\n", stop, r if r >= 0 else len(block))
-            e = e if e >= 0 else r if r >= 0 else len(block)
+            r = block.find(b"\r", stop, limit)
+            e = block.find(b"\n", stop, r if r >= 0 else limit)
+            e = e if e >= 0 else r if r >= 0 else limit
             hits[s] = (e, set(m.targets[pat]))
         starts = sorted(hits)
         narrowed = self._narrow(block, starts, hits) if m.supersets is not None else {}
@@ -363,15 +375,15 @@ class Scanner:
             e, ids = hits[s]
             lineno += block.count(b"\n", pos, s)
             pos = s
-            raw = block[s:e]
+            raw = bytes(block[s:e])
             if ids == _GENERIC_ONLY and not _failure_shaped(raw):
                 continue  # "Error" inside a word or a metric name: no exception line, skip the decoding
             if b"\x1b" in raw or b"\xc2" in raw:  # escapes (ESC or C1) are stripped per candidate line: cheap, and literals sit inside messages
                 raw = ANSI.sub(b"", raw)
             if _FRAME in ids and (f := FRAME.search(raw)) is not None:
                 # the quoted source line below a frame belongs to it: "path:function  source"
-                nl = block.find(b"\n", e + 1)
-                src = block[e + 1: nl if nl >= 0 else len(block)].strip()
+                nl = block.find(b"\n", e + 1, limit)
+                src = bytes(block[e + 1: nl if nl >= 0 else limit]).strip()
                 self._frames.append((lineno, (f[1] + b":" + f[2] + b"  " + src).decode("utf-8", "replace")))
                 events += self._named(in_frame(f[1].decode("utf-8", "replace")), lineno, raw)
             elif _TRACEBACK in ids and TRACEBACK.search(raw):
@@ -389,12 +401,12 @@ class Scanner:
             line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
             found = m.match_line(line, tried, self._frames)
             if len(found) == 1 and isinstance(found[0], Unrecognized):
-                found = self._continued(block, e, line) or found
+                found = self._continued(block, limit, e, line) or found
             if found:
                 self._open = None
             events += found
         if not cut:
-            self.lineno = lineno + block.count(b"\n", pos)
+            self.lineno = lineno + block.count(b"\n", pos, limit)
         return events
 
     def _narrow(self, block: bytes, starts: list[int], hits: dict[int, tuple[int, set[int]]]) -> dict[int, set[int]]:
@@ -406,9 +418,12 @@ class Scanner:
         narrowed: dict[int, set[int]] = {}
         for s in starts:
             e, ids = hits[s]
-            if ids.isdisjoint(m.gate) or (ids == _GENERIC_ONLY and not _failure_shaped(block[s:e])):
+            if ids.isdisjoint(m.gate):
                 continue
-            text = _text(block[s:e])
+            raw = bytes(block[s:e])
+            if ids == _GENERIC_ONLY and not _failure_shaped(raw):
+                continue
+            text = _text(raw)
             if text is not None:
                 narrowed[s] = ids - m.gate
                 texts.append(text)
@@ -427,25 +442,25 @@ class Scanner:
         self._stacks.add(stack)
         return [Named(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), stack)]
 
-    def _continued(self, block: bytes, end: int, line: Line) -> list[Match]:
+    def _continued(self, block: bytes | bytearray, limit: int, end: int, line: Line) -> list[Match]:
         """The anchors that match an unknown failure line joined with the lines that continue it (a message
         hard-wrapped at a terminal's or a paste's width) and start on that line or span a break; a continuation line
         is plain text: not empty, not a traceback frame and not a failure line of its own."""
         parts, pos = [line.text.rstrip()], end
         for _ in range(CONTINUED):
-            if block.startswith(b"\r\n", pos):
+            if block[pos: pos + 2] == b"\r\n" and pos + 2 <= limit:
                 pos += 1
-            if pos >= len(block) or block[pos] != 0x0A:
+            if pos >= limit or block[pos] != 0x0A:
                 break  # the block ends here, or a \r bar segment follows
-            nl = block.find(b"\n", pos + 1)
-            raw = block[pos + 1: nl if nl >= 0 else len(block)].removesuffix(b"\r")
+            nl = block.find(b"\n", pos + 1, limit)
+            raw = bytes(block[pos + 1: nl if nl >= 0 else limit]).removesuffix(b"\r")
             if not raw.strip() or len(raw) > CONTINUED_MAX or FRAME_LITERAL in raw or b"\r" in raw:
                 break
             text = peel(self.path, 0, ANSI.sub(b"", raw).decode("utf-8", "replace")).text.strip()
             if not text or GENERIC.match(text):
                 break
             parts.append(text)
-            pos = nl if nl >= 0 else len(block)
+            pos = nl if nl >= 0 else limit
         if len(parts) == 1:
             return []
         joined = " ".join(parts)

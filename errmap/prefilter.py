@@ -37,7 +37,7 @@ class Substrings:
         self._literals = literals
 
     def hits(self, block: bytes) -> Iterable[tuple[int, int]]:
-        found = []
+        block, found = bytes(block), []
         for i, lit in enumerate(self._literals):
             at = block.find(lit)
             while at >= 0:

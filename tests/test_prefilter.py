@@ -33,7 +33,7 @@ def test_hits_on_one_long_line_full_of_hits():
     every hit on its one line, and the line after it is still its own line."""
     m = Matcher(kbmod.load())
     block = b"Error " * 170_000 + b"\nKeyError: 'x'\n"
-    got = m.scanner("f")._scan(block)
+    got = m.scanner("f")._scan(block, len(block))
     assert [(e.line.lineno, e.line.text) for e in got] == [(2, "KeyError: 'x'")]
 
 
