@@ -25,7 +25,7 @@ import regex
 
 from errmap import superset as superset_module
 from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex
-from errmap.lines import ANSI, Line, peel
+from errmap.lines import ANSI, PREFIX, Line, peel
 from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
 from errmap.superset import Unsupported, superset
 from errmap.stack import LITERALS as STACK_LITERALS, in_frame
@@ -57,6 +57,8 @@ GENERIC = regex.compile(
     r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+)"
     r"|(?:\S+:\d+ )?(?P<type>NCCL WARN) (?P<message>(?:Call to \S+ failed ?:|Cuda failure|HIP failure) .+))$"
 )
+# What comes before the text GENERIC runs on, at its start: the prefixes peel takes, the blanks lstrip takes.
+BEFORE_TEXT = f"(?:{PREFIX.pattern})[\\s\\x1c-\\x1f]*"
 # A CUDA/HIP error no anchor knows, wherever it sits (NCCL's watchdog quotes it mid-line).
 GPU_ERROR = regex.compile(r"\b(?P<type>CUDA error|HIP error)(?P<inner>): (?P<message>.+)$")
 # A traceback's frame line, and what marks the start of one (IPython's names the type first).
@@ -199,7 +201,8 @@ class Matcher:
         for i, pattern in zip(ids, patterns):
             try:
                 # a user's anchor runs on every line holding its literal: its regex timeouts count as before
-                sup = None if i >= 0 and self.anchors[i][0].errno in USER_RANGE else superset(pattern)
+                sup = None if i >= 0 and self.anchors[i][0].errno in USER_RANGE else \
+                    superset(pattern, after=BEFORE_TEXT if pattern is GENERIC.pattern else None)
             except Unsupported:
                 sup = None
             if sup is None or (checked and not compiles(sup)):

@@ -20,6 +20,7 @@ import regex
 
 HIGH = range(0x80, 0x100)
 ASCII = frozenset(range(0x80)) - {0x0A, 0x0D}  # a line's text holds no line break
+COARSE = 1 << 30  # a flag of ours: a character that may be non-ASCII is any run of its bytes, bounds dropped
 MAX_COUNT = 64  # larger repeat bounds become unbounded (a superset, and cheap for Hyperscan)
 _GROUP_NAME = regex.compile(r"\(\?P<(\w+)>")
 _CATEGORIES = {
@@ -34,17 +35,28 @@ class Unsupported(ValueError):
     pass
 
 
-def superset(pattern: str) -> bytes | None:
-    """The Hyperscan pattern (bytes) for `pattern`, or None where it would match empty."""
-    try:
-        tree = sre.parse(_unique_names(pattern))
-    except (re.error, OverflowError, RecursionError) as exc:
-        raise Unsupported(str(exc)) from None
+def superset(pattern: str, after: str | None = None) -> bytes | None:
+    """The Hyperscan pattern (bytes) for `pattern`, or None where it would match empty. With `after`, `pattern` runs
+    (whole) only at the start of a line, or after a character that can end a match of `after`."""
+    tree = _parse(pattern)
     items = list(tree)
     if _nullable(items):
         return None
+    if after is not None:  # what precedes, coarsely (every character run unbounded), from the line's start
+        before = _parse(after)
+        lead = _seq(list(before), before.state.flags | COARSE, last=False)
+        return f"(?:^|\\x0a)(?:{lead})".encode("latin-1") + _seq(items, tree.state.flags, last=True).encode("latin-1")
     lead = _lead(items, tree.state.flags)
     return _seq(lead if not _nullable(lead) else items, tree.state.flags, last=True).encode("latin-1")
+
+
+def _parse(pattern: str):
+    try:
+        return sre.parse(_unique_names(pattern))
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise Unsupported(str(exc)) from None
+
+
 
 
 def _lead(items, flags) -> list:
@@ -174,6 +186,8 @@ def _emit_unit(op, av, flags, last: bool) -> str:
         return _class(members)
     if last:  # a character's first byte is enough for a match that may end there
         return _class(members | set(HIGH))
+    if flags & COARSE:
+        return _class(members | set(HIGH)) + "+"
     high = "[\\x80-\\xff]{1,4}"
     return f"(?:{_class(members)}|{high})" if members else high
 
@@ -229,6 +243,8 @@ def _item(op, av, flags, last: bool) -> str:
                 if last:  # the first `lo` bytes of the run: one end
                     return _class(members) + _repeat(lo, lo)
                 scale = 4 if wide else 1
+                if wide and flags & COARSE:
+                    return _class(members) + _repeat(lo, c.MAXREPEAT)
                 return _class(members) + _repeat(lo, hi if hi == c.MAXREPEAT else hi * scale)
         inner = _seq(body, flags, False)
         if last:

@@ -93,6 +93,26 @@ def test_superset_examples(pattern, yes, no):
         assert not hit(text), text
 
 
+def test_generic_shapes_run_only_where_a_line_s_text_can_start():
+    """GENERIC runs at the start of the text peel leaves: after a known prefix and blanks, not after any blank."""
+    from errmap.matcher import BEFORE_TEXT, GENERIC
+
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=[superset(GENERIC.pattern, after=BEFORE_TEXT)], ids=[0], elements=1, flags=0)
+
+    def hit(line: bytes) -> bool:
+        found = []
+        db.scan(line, match_event_handler=lambda *a: found.append(a))
+        return bool(found)
+
+    for line in [b"ValueError: x", b"[rank3]: ValueError: x", b"(WorkerDict pid=1, ip=h) torch.OutOfMemoryError: y",
+                 b"ERROR 05-09 17:35:49 [engine.py:160] RuntimeError: z", b"  KeyError", b"2024-05-09T17:35:49ZKeyError: 1",
+                 b"svc-1  | ValueError: w"]:
+        assert hit(line), line
+    for line in [b"/x/y.py:50: UserWarning: no: ModuleNotFoundError(\"a\")", b"foo bar KeyError: x", b"fooKeyError: x"]:
+        assert not hit(line), line
+
+
 def test_superset_of_an_empty_match_is_none():
     assert superset(r"^(?=.*x)") is None
     assert superset(r"\b") is None
