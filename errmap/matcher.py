@@ -370,7 +370,8 @@ class Scanner:
             e = block.find(b"\n", stop, r if r >= 0 else limit)
             e = e if e >= 0 else r if r >= 0 else limit
             hits[s] = (e, set(m.targets[pat]))
-        starts = sorted(hits)
+        # "Error" inside a word or a metric name: no exception line, no decoding
+        starts = [s for s in sorted(hits) if hits[s][1] != _GENERIC_ONLY or _failure_shaped(block[s:hits[s][0]])]
         narrowed = self._narrow(block, starts, hits) if m.supersets is not None else {}
         events: list[Event] = []
         pos, lineno = 0, self.lineno
@@ -379,8 +380,6 @@ class Scanner:
             lineno += block.count(b"\n", pos, s)
             pos = s
             raw = bytes(block[s:e])
-            if ids == _GENERIC_ONLY and not _failure_shaped(raw):
-                continue  # "Error" inside a word or a metric name: no exception line, skip the decoding
             if b"\x1b" in raw or b"\xc2" in raw:  # escapes (ESC or C1) are stripped per candidate line: cheap, and literals sit inside messages
                 raw = ANSI.sub(b"", raw)
             if _FRAME in ids and (f := FRAME.search(raw)) is not None:
@@ -423,10 +422,7 @@ class Scanner:
             e, ids = hits[s]
             if ids.isdisjoint(m.gate):
                 continue
-            raw = bytes(block[s:e])
-            if ids == _GENERIC_ONLY and not _failure_shaped(raw):
-                continue
-            text = _text(raw)
+            text = _text(bytes(block[s:e]))
             if text is not None:
                 narrowed[s] = ids - m.gate
                 texts.append(text)
