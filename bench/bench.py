@@ -91,21 +91,22 @@ def make_log(path: Path, size: int, seed: int = 7, profile: str = "near-miss") -
     return errs
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None, cap: float | None = None) -> tuple[float | None, int]:
-    """Wall seconds and peak RSS in KB, via GNU time; (None, 0) when it ran past `cap` seconds."""
+def timed(cmd: list[str], env: dict[str, str] | None = None, cap: float | None = None) -> tuple[float | None, int, float]:
+    """Wall seconds, peak RSS in KB and CPU seconds (user + system, children included), via GNU time; (None, 0, 0)
+    when it ran past `cap` seconds."""
     with tempfile.NamedTemporaryFile("r") as t:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", t.name, *cmd], stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M %U %S", "-o", t.name, *cmd], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}, start_new_session=True)
         try:
             proc.wait(timeout=cap)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the measured command too, not only GNU time
             proc.wait()
-            return None, 0
+            return None, 0, 0.0
         wall = time.perf_counter() - t0
-        rss = int(t.read().strip().splitlines()[-1])
-    return wall, rss
+        rss, user, system = t.read().strip().splitlines()[-1].split()
+    return wall, int(rss), float(user) + float(system)
 
 
 def rg_patterns(folder: Path) -> tuple[Path, int, int]:
@@ -202,22 +203,27 @@ def main() -> None:
                     for engine, jobs in runs:
                         em_times[engine, jobs].append(timed([*errmap, "scan", "-j", str(jobs), "--format", "json", str(log)],
                                                             {"ERRMAP_PREFILTER": engine}))
-                rg_s = statistics.median(t for t, _ in rg_times)
+                rg_s = statistics.median(t for t, _, _ in rg_times)
+                rg_cpu = statistics.median(c for _, _, c in rg_times)
                 row = {"profile": profile, "size_gb": round(size / GB, 3), "error_lines": errs,
                        "candidate_lines_per_gb": candidate_lines_per_gb(log), "repeat": args.repeat,
-                       "rg_literals_s": round(rg_s, 2), "rg_peak_mb": round(max(kb for _, kb in rg_times) / 1024),
+                       "load_average": round(os.getloadavg()[0], 1),  # the machine's, other work included
+                       "rg_literals_s": round(rg_s, 2), "rg_cpu_s": round(rg_cpu, 2),
+                       "rg_peak_mb": round(max(kb for _, kb, _ in rg_times) / 1024),
                        "errmap": []}
                 if gb == args.sizes[0] and profile == "near-miss" and not args.no_rg_regex:  # full regexes, capped
-                    rx_s, _ = timed(["rg", "-a", "-n", "-f", str(patterns), str(log)], cap=RG_REGEX_CAP)
+                    rx_s, _, _ = timed(["rg", "-a", "-n", "-f", str(patterns), str(log)], cap=RG_REGEX_CAP)
                     row["rg_regex_s"] = round(rx_s, 2) if rx_s is not None else f"over {RG_REGEX_CAP} s"
                 for (engine, jobs), times in em_times.items():
-                    em_s = statistics.median(t for t, _ in times)
+                    em_s = statistics.median(t for t, _, _ in times)
+                    em_cpu = statistics.median(c for _, _, c in times)
                     row["errmap"].append({
                         "engine": engine, "jobs": jobs, "errmap_s": round(em_s, 2),
                         "ratio_to_rg_literals": round(em_s / rg_s, 2),
-                        "ratios": [round(t / r, 2) for (t, _), (r, _) in zip(times, rg_times)],
+                        "ratios": [round(t / r, 2) for (t, _, _), (r, _, _) in zip(times, rg_times)],
+                        "cpu_s": round(em_cpu, 2), "cpu_ratio_to_rg": round(em_cpu / rg_cpu, 2),
                         "mb_per_s": round(size / em_s / 1e6), "s_per_gb": round(em_s / (size / GB), 2),
-                        "peak_mb": round(max(kb for _, kb in times) / 1024),
+                        "peak_mb": round(max(kb for _, kb, _ in times) / 1024),
                     })
                 rows.append(row)
                 print(json.dumps(row), flush=True)
