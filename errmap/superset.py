@@ -5,7 +5,8 @@ UTF-8 bytes that matches, inside the same line, wherever the original matches a 
 (`^`, `$`, `\\b`) and lookarounds are dropped, a back-reference becomes any run of the line, every
 element that can match a non-ASCII character also takes any 1-4 bytes of 0x80-0xFF (a UTF-8
 sequence, or an invalid byte that decodes to U+FFFD), and case-insensitive letters widen the same
-way (the Kelvin sign matches `k`). What a pattern ends with is cut back to its first byte (`\\w+` at
+way (the Kelvin sign matches `k`). What comes before a pattern's first literal character is dropped
+(Hyperscan runs fastest from a literal) and what it ends with is cut back to its first byte (`\\w+` at
 the end becomes one byte), so each line reports one end per occurrence, not one per byte. The result
 never matches a line break, so a match ends in the line it belongs to. None when no safe superset
 exists (a pattern that would match the empty string): that anchor keeps its literals.
@@ -13,6 +14,7 @@ exists (a pattern that would match the empty string): that anchor keeps its lite
 
 from __future__ import annotations
 
+import re
 import re._constants as c
 import re._parser as sre
 
@@ -36,8 +38,9 @@ class Unsupported(ValueError):
 
 
 def superset(pattern: str, after: str | None = None) -> bytes | None:
-    """The Hyperscan pattern (bytes) for `pattern`, or None where it would match empty. With `after`, `pattern` runs
-    (whole) only at the start of a line, or after a character that can end a match of `after`."""
+    """The Hyperscan pattern (bytes) for `pattern`, or None where it would match empty. With `after`, `pattern` is
+    kept whole and runs only where a match of `after` from a line's start can end (`after` widened coarsely: any
+    character that may be non-ASCII becomes any run of bytes, bounds dropped, so Hyperscan takes it)."""
     tree = _parse(pattern)
     items = list(tree)
     if _nullable(items):
@@ -55,8 +58,6 @@ def _parse(pattern: str):
         return sre.parse(_unique_names(pattern))
     except (re.error, OverflowError, RecursionError) as exc:
         raise Unsupported(str(exc)) from None
-
-
 
 
 def _lead(items, flags) -> list:
