@@ -86,17 +86,18 @@ def _failure_shaped(raw: bytes) -> bool:
 
 
 # Where a line's text is more than a part of its bytes' decoding: an SGR code that lost its ESC is removed (`\d`
-# takes any digit) and a quoted `raise X("...")` rewritten (lines.peel). Such a line keeps every anchor whose
-# literal it holds; the escapes and NUL bytes that are removed are removed here too before the supersets run.
-_REWRITTEN = regex.compile(rb"raise |\[[0-9;\x80-\xff]*m")
+# takes any digit) and a quoted `raise X("...")` rewritten (lines.peel). A line where the supersets' database
+# finds this (as the id _REWRITTEN) keeps every anchor whose literal it holds; the escapes and NUL bytes that are
+# removed are removed before the supersets run (`_text`).
+REWRITTEN = rb"raise |\[[0-9;\x80-\xff]*m"
+_REWRITTEN = _STACK - len(STACK_LITERALS)  # the next free id
 
 
-def _text(raw: bytes) -> bytes | None:
-    """The bytes of the text that a line's anchors run on, less its prefixes; None where it is rewritten."""
+def _text(raw: bytes) -> bytes:
+    """The bytes of the text that a line's anchors run on, less its prefixes, unless it is rewritten."""
     if b"\x1b" in raw or b"\xc2" in raw:
         raw = ANSI.sub(b"", raw)
-    raw = raw.replace(b"\x00", b"")
-    return None if _REWRITTEN.search(raw) else raw
+    return raw.replace(b"\x00", b"")
 
 
 def _search(pattern: regex.Pattern[str], text: str, risky: bool) -> regex.Match[str] | None:
@@ -185,7 +186,7 @@ class Matcher:
             table = self._table(anchors, checked=True)
             self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
         self.superset_ids = [i for _, i in table]
-        self.gate = set(self.superset_ids)
+        self.gate = set(self.superset_ids) - {_REWRITTEN}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -209,7 +210,7 @@ class Matcher:
                 found[i] = None  # this id runs on every line holding its literal
             elif found.get(i, []) is not None:
                 found.setdefault(i, []).append(sup.decode("latin-1"))
-        return [(p, i) for i, sups in found.items() if sups for p in sups]
+        return [(p, i) for i, sups in found.items() if sups for p in sups] + [(REWRITTEN.decode("latin-1"), _REWRITTEN)]
 
     def scanner(self, path: str) -> Scanner:
         return Scanner(self, path)
@@ -422,16 +423,16 @@ class Scanner:
             e, ids = hits[s]
             if ids.isdisjoint(m.gate):
                 continue
-            text = _text(bytes(block[s:e]))
-            if text is not None:
-                narrowed[s] = ids - m.gate
-                texts.append(text)
-                keys.append(s)
+            narrowed[s] = ids - m.gate
+            texts.append(_text(bytes(block[s:e])))
+            keys.append(s)
         if texts:
             ends = list(itertools.accumulate(len(t) + 1 for t in texts))  # where each text's successor starts
             for k, stop in m.supersets.hits(b"\n".join(texts)):  # no superset matches a line break
                 s = keys[bisect_right(ends, stop - 1)]
-                if (i := m.superset_ids[k]) in hits[s][1]:
+                if (i := m.superset_ids[k]) == _REWRITTEN:
+                    narrowed[s] |= hits[s][1]
+                elif i in hits[s][1]:
                     narrowed[s].add(i)
         return narrowed
 
