@@ -9,9 +9,10 @@ every so many lines:
   for), an error every 50,000 lines;
 - realistic: the routine lines of those logs (verl/vLLM/Ray/NCCL INFO lines, tqdm bars, HF and verl
   metrics, Ray's ANSI colours), an error every 200,000 lines.
-Each is scanned by `rg -F -f <errmap's literals>` and by errmap with 1 process and with every core,
-in the same run, so the ratios compare like with like. Results are printed as a table and written
-to bench/results.json.
+Each is scanned by `rg -F -f <errmap's literals>` and by errmap (stage one with the anchors' supersets,
+with 1 process and with every core, and with the literals alone), alternately, `--repeat` times (the
+median is reported), so on a shared machine the ratios compare like with like. Results are printed as a
+table and written to bench/results.json.
 """
 
 from __future__ import annotations
@@ -90,21 +91,22 @@ def make_log(path: Path, size: int, seed: int = 7, profile: str = "near-miss") -
     return errs
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None, cap: float | None = None) -> tuple[float | None, int]:
-    """Wall seconds and peak RSS in KB, via GNU time; (None, 0) when it ran past `cap` seconds."""
+def timed(cmd: list[str], env: dict[str, str] | None = None, cap: float | None = None) -> tuple[float | None, int, float]:
+    """Wall seconds, peak RSS in KB and CPU seconds (user + system, children included), via GNU time; (None, 0, 0)
+    when it ran past `cap` seconds."""
     with tempfile.NamedTemporaryFile("r") as t:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", t.name, *cmd], stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M %U %S", "-o", t.name, *cmd], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}, start_new_session=True)
         try:
             proc.wait(timeout=cap)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the measured command too, not only GNU time
             proc.wait()
-            return None, 0
+            return None, 0, 0.0
         wall = time.perf_counter() - t0
-        rss = int(t.read().strip().splitlines()[-1])
-    return wall, rss
+        rss, user, system = t.read().strip().splitlines()[-1].split()
+    return wall, int(rss), float(user) + float(system)
 
 
 def rg_patterns(folder: Path) -> tuple[Path, int, int]:
@@ -175,6 +177,10 @@ def main() -> None:
     ap.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4], help="log sizes in GB")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the logs are written")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each command, alternating; the median counts")
+    ap.add_argument("--jobs", type=int, nargs="+", default=[1, os.cpu_count() or 1], help="errmap -j values")
+    ap.add_argument("--no-rg-regex", action="store_true", help="skip rg with the full anchor regexes")
+    ap.add_argument("--no-literals-run", action="store_true", help="skip errmap with the literal stage one alone")
     args = ap.parse_args()
     if not shutil.which("rg"):
         sys.exit("ripgrep (rg) is needed: apt-get install ripgrep")
@@ -183,8 +189,7 @@ def main() -> None:
     patterns, n_ok, n_all = rg_patterns(work)
     literals = rg_literals(work)
     rows = []
-    cores = os.cpu_count() or 1
-    runs = [("hyperscan", 1), ("hyperscan", cores), ("ahocorasick", 1)]
+    runs = [("hyperscan", j) for j in dict.fromkeys(args.jobs)] + [("hyperscan-literals", 1)] * (not args.no_literals_run)
     try:
         for gb in args.sizes:
             for profile in PROFILES:
@@ -192,23 +197,36 @@ def main() -> None:
                 errs = make_log(log, int(gb * GB), profile=profile)
                 size = log.stat().st_size
                 subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL)  # page cache warm for both
-                rg_s, rg_kb = timed(["rg", "-a", "-n", "-F", "-f", str(literals), str(log)])
+                rg_times, em_times = [], {run: [] for run in runs}
+                for _ in range(args.repeat):  # alternating, so a change in the machine's load hits all alike
+                    rg_times.append(timed(["rg", "-a", "-n", "-F", "-f", str(literals), str(log)]))
+                    for engine, jobs in runs:
+                        em_times[engine, jobs].append(timed([*errmap, "scan", "-j", str(jobs), "--format", "json", str(log)],
+                                                            {"ERRMAP_PREFILTER": engine}))
+                rg_s = statistics.median(t for t, _, _ in rg_times)
+                rg_cpu = statistics.median(c for _, _, c in rg_times)
                 row = {"profile": profile, "size_gb": round(size / GB, 3), "error_lines": errs,
-                       "candidate_lines_per_gb": candidate_lines_per_gb(log),
-                       "rg_literals_s": round(rg_s, 2), "rg_peak_mb": round(rg_kb / 1024), "errmap": []}
-                if gb == args.sizes[0] and profile == "near-miss":  # rg with the full anchor regexes, capped
-                    rx_s, _ = timed(["rg", "-a", "-n", "-f", str(patterns), str(log)], cap=RG_REGEX_CAP)
+                       "candidate_lines_per_gb": candidate_lines_per_gb(log), "repeat": args.repeat,
+                       "load_average": round(os.getloadavg()[0], 1),  # the machine's, other work included
+                       "rg_literals_s": round(rg_s, 2), "rg_cpu_s": round(rg_cpu, 2),
+                       "rg_peak_mb": round(max(kb for _, kb, _ in rg_times) / 1024),
+                       "errmap": []}
+                if gb == args.sizes[0] and profile == "near-miss" and not args.no_rg_regex:  # full regexes, capped
+                    rx_s, _, _ = timed(["rg", "-a", "-n", "-f", str(patterns), str(log)], cap=RG_REGEX_CAP)
                     row["rg_regex_s"] = round(rx_s, 2) if rx_s is not None else f"over {RG_REGEX_CAP} s"
-                for engine, jobs in runs:
-                    em_s, em_kb = timed([*errmap, "scan", "-j", str(jobs), "--format", "json", str(log)],
-                                        {"ERRMAP_PREFILTER": engine})
+                for (engine, jobs), times in em_times.items():
+                    em_s = statistics.median(t for t, _, _ in times)
+                    em_cpu = statistics.median(c for _, _, c in times)
                     row["errmap"].append({
-                        "engine": engine, "jobs": jobs,
-                        "errmap_s": round(em_s, 2), "ratio_to_rg_literals": round(em_s / rg_s, 2),
+                        "engine": engine, "jobs": jobs, "errmap_s": round(em_s, 2),
+                        "ratio_to_rg_literals": round(em_s / rg_s, 2),
+                        "ratios": [round(t / r, 2) for (t, _, _), (r, _, _) in zip(times, rg_times)],
+                        "cpu_s": round(em_cpu, 2), "cpu_ratio_to_rg": round(em_cpu / rg_cpu, 2),
                         "mb_per_s": round(size / em_s / 1e6), "s_per_gb": round(em_s / (size / GB), 2),
-                        "peak_mb": round(em_kb / 1024),
+                        "peak_mb": round(max(kb for _, kb, _ in times) / 1024),
                     })
                 rows.append(row)
+                print(json.dumps(row), flush=True)
                 log.unlink()
         small = work / "small.log"
         small.write_bytes(b"step 1 loss 0.5\n" * 1000)
@@ -226,10 +244,10 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"machine: {result['machine']}")
-    print(f"{'log':>10} {'size GB':>8} {'cand/GB':>8} {'engine':>12} {'jobs':>4} {'errmap s':>9} {'rg -F s':>8} {'ratio':>6} {'MB/s':>6} {'s/GB':>6} {'peak MB':>8}")
+    print(f"{'log':>10} {'size GB':>8} {'cand/GB':>8} {'engine':>18} {'jobs':>4} {'errmap s':>9} {'rg -F s':>8} {'ratio':>6} {'MB/s':>6} {'s/GB':>6} {'peak MB':>8}")
     for r in rows:
         for e in r["errmap"]:
-            print(f"{r['profile']:>10} {r['size_gb']:>8} {r['candidate_lines_per_gb']:>8} {e['engine']:>12} {e['jobs']:>4} {e['errmap_s']:>9} {r['rg_literals_s']:>8} {e['ratio_to_rg_literals']:>6} {e['mb_per_s']:>6} {e['s_per_gb']:>6} {e['peak_mb']:>8}")
+            print(f"{r['profile']:>10} {r['size_gb']:>8} {r['candidate_lines_per_gb']:>8} {e['engine']:>18} {e['jobs']:>4} {e['errmap_s']:>9} {r['rg_literals_s']:>8} {e['ratio_to_rg_literals']:>6} {e['mb_per_s']:>6} {e['s_per_gb']:>6} {e['peak_mb']:>8}")
     print(f"rg -f with {result['rg_patterns']}, on the first size: {rows[0].get('rg_regex_s')}")
     w = result["watch_latency"]
     print(f"watch latency over {w['n']} lines: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")

@@ -36,7 +36,7 @@ def printable(text: str) -> str:
 # Each alternative is one kind of prefix; the whole group repeats, so one match call peels
 # "(WorkerDict pid=1, ip=h) [rank3]:[E1202 10:00:00.1 7 x.cpp:9] " in one go (regex keeps every
 # repetition's captures).
-_PREFIX = regex.compile(
+PREFIX = regex.compile(
     r"(?:"
     # Ray: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=123)", "(raylet)", "(TaskRunner pid=9, ip=h, actor_id=..)",
     # always followed by a space (C's "(int)m" is no prefix)
@@ -119,7 +119,7 @@ def peel(path: str, lineno: int, raw: str, cut: bool = False) -> Line:
         text = text[: rep.start()]
     if "m" in text and "[" in text:
         text = _LOST_SGR.sub("", text)
-    m = _PREFIX.match(text)
+    m = PREFIX.match(text)
     if m.end():
         caps = m.capturesdict()
         last = {k: v[-1] for k, v in caps.items() if v}

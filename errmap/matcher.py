@@ -1,25 +1,34 @@
 """Matches: a two-stage matcher over raw bytes.
 
 Stage one runs one multi-literal automaton (see prefilter.py) over whole chunks to find every anchor's required
-literal; stage two decodes only the lines that hold a hit, peels their prefixes and runs the
-anchors' full patterns there. Line numbers come from counting newlines in the skipped bytes.
+literal; with Hyperscan, the lines that hold a hit then go, joined, through one database of every anchor's pattern
+as a byte-level superset (superset.py), so only the anchors that may really match a line are left for it. Stage two
+decodes only the lines with something left, peels their prefixes and runs those anchors' full patterns there.
+Line numbers come from counting newlines in the skipped bytes.
 `\r` ends a line segment (tqdm bars) but only `\n` advances the line number, as in an editor.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import os
 import sys
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import regex
 
 from errmap import gpus
-from errmap.kb import KB, USER_RANGE, Anchor, Entry
-from errmap.lines import ANSI, Line, peel
-from errmap.prefilter import build
+from errmap import superset as superset_module
+from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex
+from errmap.lines import ANSI, PREFIX, Line, peel
+from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
+from errmap.superset import Unsupported, superset
 from errmap.stack import LITERALS as STACK_LITERALS, in_frame
 
 MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their start
@@ -49,6 +58,8 @@ GENERIC = regex.compile(
     r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+)"
     r"|(?:\S+:\d+ )?(?P<type>NCCL WARN) (?P<message>(?:Call to \S+ failed ?:|Cuda failure|HIP failure) .+))$"
 )
+# What comes before the text GENERIC runs on, at its start: the prefixes peel takes, the blanks lstrip takes.
+BEFORE_TEXT = f"(?:{PREFIX.pattern})[\\s\\x1c-\\x1f]*"
 # A CUDA/HIP error no anchor knows, wherever it sits (NCCL's watchdog quotes it mid-line).
 GPU_ERROR = regex.compile(r"\b(?P<type>CUDA error|HIP error)(?P<inner>): (?P<message>.+)$")
 # A traceback's frame line, and what marks the start of one (IPython's names the type first).
@@ -73,6 +84,21 @@ _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
 def _failure_shaped(raw: bytes) -> bool:
     """A cheap necessary condition for GENERIC: a type followed by ':' or '(', or a bare type at the end."""
     return any(x in raw for x in _SHAPES) or raw.rstrip().endswith((b"Error", b"Exception"))
+
+
+# Where a line's text is more than a part of its bytes' decoding: an SGR code that lost its ESC is removed (`\d`
+# takes any digit) and a quoted `raise X("...")` rewritten (lines.peel). A line where the supersets' database
+# finds this (as the id _REWRITTEN) keeps every anchor whose literal it holds; the escapes and NUL bytes that are
+# removed are removed before the supersets run (`_text`).
+REWRITTEN = rb"raise |\[[0-9;\x80-\xff]*m"
+_REWRITTEN = _STACK - len(STACK_LITERALS)  # the next free id
+
+
+def _text(raw: bytes) -> bytes:
+    """The bytes of the text that a line's anchors run on, less its prefixes, unless it is rewritten."""
+    if b"\x1b" in raw or b"\xc2" in raw:
+        raw = ANSI.sub(b"", raw)
+    return raw.replace(b"\x00", b"")
 
 
 def _search(pattern: regex.Pattern[str], text: str, risky: bool) -> regex.Match[str] | None:
@@ -142,6 +168,60 @@ class Matcher:
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
         self.prefilter = build(self.literals)
+        # stage-one ids that only name a stack: once it is named, nothing more to learn from them
+        self.names = {k: _STACKS[_STACK - i] for k, (i, *more) in enumerate(self.targets) if not more and i <= _STACK}
+        # The supersets: the database, the id each pattern stands for, and the ids that have one (`gate`).
+        self.supersets: Hyperscan | None = None
+        self.superset_ids: list[int] = []
+        self.gate: set[int] = set()
+        if patterns_wanted():
+            self._supersets()
+
+    def _supersets(self) -> None:
+        """Every anchor's superset, and GENERIC's and GPU_ERROR's for the unknown failures; an anchor without one
+        (it would match empty; Hyperscan refuses it) runs on every line holding its literal. The table is cached
+        beside the KB's, keyed by what it is built from."""
+        anchors = [message_regex(a.regex) for _, a in self.anchors] + [GENERIC.pattern, GPU_ERROR.pattern]
+        h = hashlib.sha256(repr(anchors).encode())
+        for code in (__file__, superset_module.__file__):
+            h.update(Path(code).read_bytes())
+        path = cache_dir() / f"supersets-{h.hexdigest()[:24]}.json"
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, ValueError):
+            table = None
+        try:
+            table = table or self._table(anchors, checked=False)
+            self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
+        except HyperscanError:  # find the patterns Hyperscan refuses, one by one
+            table = self._table(anchors, checked=True)
+            self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
+        self.superset_ids = [i for _, i in table]
+        self.gate = set(self.superset_ids) - {_REWRITTEN}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(table))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: built each time
+
+    def _table(self, patterns: list[str], checked: bool) -> list[tuple[str, int]]:
+        """(Hyperscan pattern, id) for every pattern with a superset; GENERIC's two patterns stand for one id."""
+        ids = list(range(len(self.anchors))) + [_GENERIC, _GENERIC]
+        found: dict[int, list[str] | None] = {}
+        for i, pattern in zip(ids, patterns):
+            try:
+                # a user's anchor runs on every line holding its literal: its regex timeouts count as before
+                sup = None if i >= 0 and self.anchors[i][0].errno in USER_RANGE else \
+                    superset(pattern, after=BEFORE_TEXT if pattern is GENERIC.pattern else None)
+            except Unsupported:
+                sup = None
+            if sup is None or (checked and not compiles(sup)):
+                found[i] = None  # this id runs on every line holding its literal
+            elif found.get(i, []) is not None:
+                found.setdefault(i, []).append(sup.decode("latin-1"))
+        return [(p, i) for i, sups in found.items() if sups for p in sups] + [(REWRITTEN.decode("latin-1"), _REWRITTEN)]
 
     def scanner(self, path: str) -> Scanner:
         return Scanner(self, path)
@@ -216,32 +296,43 @@ class Scanner:
     path: str
     lineno: int = 1  # number of the line that the next byte belongs to
     lines_cut: int = 0
-    _carry: bytes = b""
+    _buf: bytearray = field(default_factory=bytearray, repr=False)  # the unfinished last line, then the next chunk
     _skipping: bool = field(default=False, repr=False)
     _frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=64), repr=False)
     _open: tuple[int, bytes] | None = field(default=None, repr=False)  # a traceback header no failure has followed yet
     _stacks: set[str] = field(default_factory=set, repr=False)  # stacks named so far
     _gpu: bool = field(default=False, repr=False)  # whether a GPU was named yet
 
-    def feed(self, chunk: bytes) -> list[Event]:
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[Event]:
+        self.take(chunk)
+        return self.match()
+
+    def take(self, chunk: bytes | bytearray | memoryview) -> None:
+        """Append a chunk (it may be a reader's reused buffer: it is copied once, here)."""
+        self._buf += chunk
+
+    def match(self) -> list[Event]:
+        """Match the whole lines taken, in place; only the unfinished last line stays for the next chunk. Matching
+        again after an interruption matches what was left."""
         events: list[Event] = []
+        buf = self._buf
         if self._skipping:
-            ends = [i for i in (chunk.find(b"\n"), chunk.find(b"\r")) if i >= 0]
+            ends = [i for i in (buf.find(b"\n"), buf.find(b"\r")) if i >= 0]
             if not ends:
+                buf.clear()
                 return events
-            chunk = chunk[min(ends):]
+            del buf[: min(ends)]
             self._skipping = False
-        buf = self._carry + chunk if self._carry else chunk
-        end = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        nl = buf.rfind(b"\n")
+        end = max(nl, buf.rfind(b"\r", nl + 1))
         if end >= 0:
-            events += self._scan(buf[: end + 1])
-            buf = buf[end + 1:]
+            events += self._scan(buf, end + 1)
+            del buf[: end + 1]  # the start of a bytearray moves: no copy of what stays
         if len(buf) > MAX_LINE:
-            events += self._scan(buf[:MAX_LINE], cut=True)
+            events += self._scan(buf, MAX_LINE, cut=True)
             self.lines_cut += 1
-            buf = b""
+            buf.clear()
             self._skipping = True
-        self._carry = buf
         return events
 
     def finish(self) -> list[Event]:
@@ -251,8 +342,9 @@ class Scanner:
 
     def flush(self) -> list[Event]:
         """The last line, which may lack its newline."""
-        rest, self._carry = self._carry, b""
-        return self._scan(rest) if rest else []
+        rest = bytes(self._buf)
+        self._buf.clear()
+        return self._scan(rest, len(rest)) if rest else []
 
     def ended(self) -> list[Event]:
         """A traceback cut before its exception line is still a failure."""
@@ -266,13 +358,16 @@ class Scanner:
             self._open = None
         return events
 
-    def _scan(self, block: bytes, cut: bool = False) -> list[Event]:
-        """Match a block of whole lines (or one cut line) and advance the line count."""
+    def _scan(self, block: bytes | bytearray, limit: int, cut: bool = False) -> list[Event]:
+        """Match the whole lines (or one cut line) of block[:limit] and advance the line count."""
         m = self.matcher
         hits: dict[int, tuple[int, set[int]]] = {}  # line start -> (line end, anchor ids)
         s = e = -1  # the line [s, e) of the previous hit: hits come in order, so each search for a
         # line's bounds starts where the previous line ended (linear on a long line full of hits)
-        for pat, stop in m.prefilter.hits(block):
+        names = m.names
+        for pat, stop in m.prefilter.hits(memoryview(block)[:limit]):
+            if pat in names and names[pat] in self._stacks:
+                continue
             if s < stop <= e:
                 hits[s][1].update(m.targets[pat])
                 continue
@@ -284,25 +379,26 @@ class Scanner:
                 e = hits[s][0]
                 hits[s][1].update(m.targets[pat])
                 continue
-            r = block.find(b"\r", stop)
-            e = block.find(b"\n", stop, r if r >= 0 else len(block))
-            e = e if e >= 0 else r if r >= 0 else len(block)
+            r = block.find(b"\r", stop, limit)
+            e = block.find(b"\n", stop, r if r >= 0 else limit)
+            e = e if e >= 0 else r if r >= 0 else limit
             hits[s] = (e, set(m.targets[pat]))
+        # "Error" inside a word or a metric name: no exception line, no decoding
+        starts = [s for s in sorted(hits) if hits[s][1] != _GENERIC_ONLY or _failure_shaped(block[s:hits[s][0]])]
+        narrowed = self._narrow(block, starts, hits) if m.supersets is not None else {}
         events: list[Event] = []
         pos, lineno = 0, self.lineno
-        for s in sorted(hits):
+        for s in starts:
             e, ids = hits[s]
             lineno += block.count(b"\n", pos, s)
             pos = s
-            raw = block[s:e]
-            if ids == _GENERIC_ONLY and not _failure_shaped(raw):
-                continue  # "Error" inside a word or a metric name: no exception line, skip the decoding
+            raw = bytes(block[s:e])
             if b"\x1b" in raw or b"\xc2" in raw:  # escapes (ESC or C1) are stripped per candidate line: cheap, and literals sit inside messages
                 raw = ANSI.sub(b"", raw)
             if _FRAME in ids and (f := FRAME.search(raw)) is not None:
                 # the quoted source line below a frame belongs to it: "path:function  source"
-                nl = block.find(b"\n", e + 1)
-                src = block[e + 1: nl if nl >= 0 else len(block)].strip()
+                nl = block.find(b"\n", e + 1, limit)
+                src = bytes(block[e + 1: nl if nl >= 0 else limit]).strip()
                 self._frames.append((lineno, (f[1] + b":" + f[2] + b"  " + src).decode("utf-8", "replace")))
                 events += self._named(in_frame(f[1].decode("utf-8", "replace")), lineno, raw)
             elif _TRACEBACK in ids and TRACEBACK.search(raw):
@@ -317,16 +413,43 @@ class Scanner:
                 continue  # a frame or a traceback header only: recorded, nothing to match
             if self._open is not None and _failure_shaped(raw):
                 self._open = None  # the traceback's exception line, known or not
+            tried = narrowed.get(s, ids)
+            if not any(i >= _GENERIC for i in tried):
+                continue  # no superset matched: no anchor can
             line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
-            found = m.match_line(line, ids, self._frames)
+            found = m.match_line(line, tried, self._frames)
             if len(found) == 1 and isinstance(found[0], Unrecognized):
-                found = self._continued(block, e, line) or found
+                found = self._continued(block, limit, e, line) or found
             if found:
                 self._open = None
             events += found
         if not cut:
-            self.lineno = lineno + block.count(b"\n", pos)
+            self.lineno = lineno + block.count(b"\n", pos, limit)
         return events
+
+    def _narrow(self, block: bytes, starts: list[int], hits: dict[int, tuple[int, set[int]]]) -> dict[int, set[int]]:
+        """The ids left to try on each line whose text the supersets can read (line start -> ids): those without a
+        superset and those whose superset matches. The lines' texts are joined and matched in one call."""
+        m = self.matcher
+        texts: list[bytes] = []
+        keys: list[int] = []
+        narrowed: dict[int, set[int]] = {}
+        for s in starts:
+            e, ids = hits[s]
+            if ids.isdisjoint(m.gate):
+                continue
+            narrowed[s] = ids - m.gate
+            texts.append(_text(bytes(block[s:e])))
+            keys.append(s)
+        if texts:
+            ends = list(itertools.accumulate(len(t) + 1 for t in texts))  # where each text's successor starts
+            for k, stop in m.supersets.hits(b"\n".join(texts)):  # no superset matches a line break
+                s = keys[bisect_right(ends, stop - 1)]
+                if (i := m.superset_ids[k]) == _REWRITTEN:
+                    narrowed[s] |= hits[s][1]
+                elif i in hits[s][1]:
+                    narrowed[s].add(i)
+        return narrowed
 
     def _named(self, stack: str | None, lineno: int, raw: bytes) -> list[Named]:
         if stack is None or stack in self._stacks:
@@ -334,25 +457,25 @@ class Scanner:
         self._stacks.add(stack)
         return [Named(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), stack)]
 
-    def _continued(self, block: bytes, end: int, line: Line) -> list[Match]:
+    def _continued(self, block: bytes | bytearray, limit: int, end: int, line: Line) -> list[Match]:
         """The anchors that match an unknown failure line joined with the lines that continue it (a message
         hard-wrapped at a terminal's or a paste's width) and start on that line or span a break; a continuation line
         is plain text: not empty, not a traceback frame and not a failure line of its own."""
         parts, pos = [line.text.rstrip()], end
         for _ in range(CONTINUED):
-            if block.startswith(b"\r\n", pos):
+            if block[pos: pos + 2] == b"\r\n" and pos + 2 <= limit:
                 pos += 1
-            if pos >= len(block) or block[pos] != 0x0A:
+            if pos >= limit or block[pos] != 0x0A:
                 break  # the block ends here, or a \r bar segment follows
-            nl = block.find(b"\n", pos + 1)
-            raw = block[pos + 1: nl if nl >= 0 else len(block)].removesuffix(b"\r")
+            nl = block.find(b"\n", pos + 1, limit)
+            raw = bytes(block[pos + 1: nl if nl >= 0 else limit]).removesuffix(b"\r")
             if not raw.strip() or len(raw) > CONTINUED_MAX or FRAME_LITERAL in raw or b"\r" in raw:
                 break
             text = peel(self.path, 0, ANSI.sub(b"", raw).decode("utf-8", "replace")).text.strip()
             if not text or GENERIC.match(text):
                 break
             parts.append(text)
-            pos = nl if nl >= 0 else len(block)
+            pos = nl if nl >= 0 else limit
         if len(parts) == 1:
             return []
         joined = " ".join(parts)

@@ -1,8 +1,10 @@
 """Stage one of matching: find every anchor literal in a block of bytes in one pass.
 
 Hyperscan (a regular dependency where it has wheels: Linux and macOS on x86_64) is used when it
-imports (several times faster, identical hits); Aho-Corasick (ahocorasick-rs) is the pure fallback
-elsewhere. ERRMAP_PREFILTER=ahocorasick or =hyperscan picks one explicitly. Both report (literal index, end offset): the end is enough to find
+imports (several times faster, identical hits), and then also runs the anchors' supersets over the lines
+that hold a literal (matcher.py); Aho-Corasick (ahocorasick-rs) is the pure fallback elsewhere.
+ERRMAP_PREFILTER picks one explicitly: =hyperscan (both stages), =hyperscan-literals (literals only),
+=ahocorasick, or =none (Python's substring search, the reference the others are tested against). Both report (literal index, end offset): the end is enough to find
 the line around a hit, since no literal holds a line break.
 """
 
@@ -26,17 +28,41 @@ class AhoCorasick:
         return ((i, end) for i, _, end in self._ac.find_matches_as_indexes(block, overlapping=True))
 
 
+class Substrings:
+    """No automaton: every literal looked for with `bytes.find` (the reference the engines are tested against)."""
+
+    name = "none"
+
+    def __init__(self, literals: list[bytes]):
+        self._literals = literals
+
+    def hits(self, block: bytes) -> Iterable[tuple[int, int]]:
+        block, found = bytes(block), []
+        for i, lit in enumerate(self._literals):
+            at = block.find(lit)
+            while at >= 0:
+                found.append((at + len(lit), i))
+                at = block.find(lit, at + 1)
+        return [(i, end) for end, i in sorted(found)]
+
+
 class Hyperscan:
     name = "hyperscan"
 
-    def __init__(self, literals: list[bytes]):
+    def __init__(self, literals: list[bytes], literal: bool = True):
+        """`literals` are plain strings, or Hyperscan patterns where `literal` is False."""
         import hyperscan
 
-        self._db = _cached(literals)
+        key = literals if literal else [b"regex", *literals]
+        self._db = _cached(key)
         if self._db is None:
             self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            self._db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals), flags=0, literal=True)
-            _store(literals, self._db)
+            try:
+                self._db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals),
+                                 flags=0, literal=literal)
+            except hyperscan.HyperscanError as exc:
+                raise HyperscanError(str(exc)) from None
+            _store(key, self._db)
 
     def hits(self, block: bytes) -> Iterable[tuple[int, int]]:
         found: list[tuple[int, int]] = []
@@ -84,21 +110,55 @@ def _store(literals: list[bytes], db) -> None:
         pass  # a read-only home: compile each time
 
 
-def build(literals: list[bytes]) -> AhoCorasick | Hyperscan:
-    choice = os.environ.get("ERRMAP_PREFILTER", "auto")
-    if choice in ("auto", "hyperscan"):
+class HyperscanError(Exception):
+    """Hyperscan refused a pattern."""
+
+
+def compiles(pattern: bytes) -> bool:
+    """Whether Hyperscan takes this pattern (False where it is not installed)."""
+    try:
+        import hyperscan
+
+        hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK).compile(expressions=[pattern], ids=[0], elements=1, flags=0)
+    except ImportError:
+        return False
+    except hyperscan.HyperscanError:
+        return False
+    return True
+
+
+def choice() -> str:
+    return os.environ.get("ERRMAP_PREFILTER", "auto")
+
+
+def patterns_wanted() -> bool:
+    """Whether stage one runs the anchors' patterns (Hyperscan) rather than their literals."""
+    from importlib.util import find_spec
+
+    return choice() == "hyperscan" or choice() == "auto" and find_spec("hyperscan") is not None
+
+
+def build(literals: list[bytes]) -> AhoCorasick | Hyperscan | Substrings:
+    """The literal engine: ERRMAP_PREFILTER=hyperscan-literals, =ahocorasick or =none pick one."""
+    chosen = choice()
+    if chosen == "none":
+        return Substrings(literals)
+    if chosen in ("auto", "hyperscan", "hyperscan-literals"):
         try:
             return Hyperscan(literals)
         except ImportError:
-            if choice == "hyperscan":
+            if chosen != "auto":
                 raise
     return AhoCorasick(literals)
 
 
 def engine() -> str:
-    """The name of the engine `build` picks here, without building it (for `errmap --version`)."""
-    choice = os.environ.get("ERRMAP_PREFILTER", "auto")
-    if choice == "ahocorasick":
+    """The name of the engine stage one runs here, without building it (for `errmap --version`)."""
+    if patterns_wanted():
+        return "hyperscan, with anchor supersets"
+    if choice() == "none":
+        return Substrings.name
+    if choice() == "ahocorasick":
         return AhoCorasick.name
     from importlib.util import find_spec
 

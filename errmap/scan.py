@@ -39,21 +39,24 @@ def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew 
     """Stream one source into the triage (passing each chunk to `echo` first); record an input error on the
     source instead of raising. Interrupted, it still reads the unfinished last line and counts the lines."""
     scanner: Scanner = matcher.scanner(source.path)
-    last, unread = b"\n", b""
+    last, unread = b"\n", None
     events: Iterator[Event] = iter(())
     try:
         for chunk in source.chunks():
-            unread, last = chunk, chunk[-1:] or last
+            unread, last = chunk, bytes(chunk[-1:]) or last
             if echo is not None:
                 echo(chunk)
-            events, unread = iter(scanner.feed(chunk)), b""
+            scanner.take(chunk)
+            unread = None
+            events = iter(scanner.match())
             feed(triage, events, on_new)
     except InputError as exc:
         source.error = exc.reason
     finally:
         feed(triage, events, on_new)  # what an interrupt while printing a diagnosis left of the chunk's events
-        if unread:  # interrupted between reading a chunk and matching it
-            feed(triage, scanner.feed(unread), on_new)
+        if unread is not None:  # interrupted between reading a chunk and taking it
+            scanner.take(unread)
+        feed(triage, scanner.match(), on_new)  # what was taken and not matched yet
         feed(triage, scanner.finish(), on_new)
         source.lines = scanner.lineno - (1 if last in (b"\n", b"") else 0)
 
@@ -64,7 +67,7 @@ def _events(matcher: Matcher, source: Source) -> Iterator[Event]:
     last = b"\n"
     try:
         for chunk in source.chunks():
-            last = chunk[-1:] or last
+            last = bytes(chunk[-1:]) or last
             yield from scanner.feed(chunk)
     except InputError as exc:
         source.error = exc.reason
@@ -172,12 +175,11 @@ def _range(task: tuple[str, int, int, int, bool]) -> _Part:
             n = os.preadv(fd, [view[: stop - pos]], pos)
             if n <= 0:
                 break
-            chunk = bytes(view[:n])
             if pos < start:
-                skip += chunk.count(b"\n")
-                scanner.feed(chunk)  # the lead-in: state only, its events belong to the range before
+                skip += buf.count(b"\n", 0, n)
+                scanner.feed(view[:n])  # the lead-in: state only, its events belong to the range before
             else:
-                events += scanner.feed(chunk)
+                events += scanner.feed(view[:n])
             pos += n
     finally:
         os.close(fd)

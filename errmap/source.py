@@ -56,8 +56,9 @@ class Source:
     error: str | None = None
     run: str = ""  # the run it is a log of (runs.py); one key for the files of one run
 
-    def chunks(self) -> Iterator[bytes]:
-        """Byte chunks of this source; raises InputError when it cannot be opened."""
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """Byte chunks of this source, each valid until the next is asked for (a plain file's are views of one
+        reused buffer); raises InputError when it cannot be opened."""
         if self.path == "-":
             if sys.stdin is None:
                 raise InputError("-", "stdin is closed")
@@ -94,8 +95,10 @@ class Source:
             if kind := _magic(head, _COMPRESSED):
                 yield from self._decompress(f, kind)
                 return
-            while chunk := f.read(CHUNK):
-                yield chunk
+            buf = bytearray(CHUNK)  # one buffer for the whole file: each chunk is a view of it, valid until the next
+            view = memoryview(buf)
+            while n := f.readinto(buf):
+                yield view[:n]
 
     def _decompress(self, f, kind: str) -> Iterator[bytes]:
         """Inflate at most CHUNK bytes per step (a 5 GB bomb stays small); a cut file gives all it holds."""

@@ -1,4 +1,4 @@
-"""Both stage-one engines give identical results on every fixture."""
+"""The stage-one engines: named, cached, linear on a long line."""
 
 from __future__ import annotations
 
@@ -33,30 +33,38 @@ def test_hits_on_one_long_line_full_of_hits():
     every hit on its one line, and the line after it is still its own line."""
     m = Matcher(kbmod.load())
     block = b"Error " * 170_000 + b"\nKeyError: 'x'\n"
-    got = m.scanner("f")._scan(block)
+    got = m.scanner("f")._scan(block, len(block))
     assert [(e.line.lineno, e.line.text) for e in got] == [(2, "KeyError: 'x'")]
 
 
-@pytest.mark.parametrize("engine", ["ahocorasick", "hyperscan"])
-def test_version_names_the_engine(engine):
-    if engine == "hyperscan":
+@pytest.mark.parametrize("engine, name", [("ahocorasick", "ahocorasick"), ("hyperscan", "hyperscan, with anchor supersets"),
+                                          ("hyperscan-literals", "hyperscan"), ("none", "none")])
+def test_version_names_the_engine(engine, name):
+    if engine.startswith("hyperscan"):
         pytest.importorskip("hyperscan")
     out = errmap("--version", env={"ERRMAP_PREFILTER": engine}).stdout.decode()
-    assert out.strip().endswith(f"(stage one: {engine})"), out
+    assert out.strip().endswith(f"(stage one: {name})"), out
 
 
-def test_hyperscan_database_is_cached_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
+@pytest.mark.parametrize("engine", ["hyperscan-literals", "hyperscan"])
+def test_hyperscan_database_is_cached_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch, engine):
     pytest.importorskip("hyperscan")
-    from errmap import prefilter
-
     monkeypatch.setenv("ERRMAP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("ERRMAP_PREFILTER", "hyperscan")
+    monkeypatch.setenv("ERRMAP_PREFILTER", engine)
     data = b"".join(p.read_bytes() + b"\n" for p in LOGS[:40])
     fresh = Matcher(kbmod.load())
-    [db] = tmp_path.glob("hs-*.db")
-    assert prefilter._cached(fresh.literals) is not None
+    dbs = sorted(tmp_path.glob("hs-*.db"), key=lambda p: p.stat().st_size)
+    assert len(dbs) == (1 if engine == "hyperscan-literals" else 2)  # the literals' and the patterns'
+    assert len(list(tmp_path.glob("supersets-*.json"))) == (engine == "hyperscan")
     cached = Matcher(kbmod.load())
     assert list(cached.prefilter.hits(data)) == list(fresh.prefilter.hits(data))
-    db.write_bytes(b"not a database")
-    assert prefilter._cached(fresh.literals) is None
-    assert list(Matcher(kbmod.load()).prefilter.hits(data)) == list(fresh.prefilter.hits(data))
+    for db in dbs:
+        db.write_bytes(b"not a database")
+    for table in tmp_path.glob("supersets-*.json"):
+        table.write_text("{not json")
+    rebuilt = Matcher(kbmod.load())
+    assert list(rebuilt.prefilter.hits(data)) == list(fresh.prefilter.hits(data))
+    assert rebuilt.superset_ids == fresh.superset_ids
+    if engine == "hyperscan":
+        assert list(rebuilt.supersets.hits(data)) == list(fresh.supersets.hits(data))
+        assert list(cached.supersets.hits(data)) == list(fresh.supersets.hits(data))
