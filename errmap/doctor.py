@@ -91,7 +91,8 @@ class Doctor:
 
     # ------------------------------------------------------------ output
 
-    def to_json(self, kb=None) -> dict[str, Any]:
+    def to_json(self, kb=None, zh=None) -> dict[str, Any]:
+        """The JSON contract; `zh`, the KB in Chinese, adds each warning's Chinese text as a field of its own."""
         return {
             "version": 1,
             "errmap": _errmap_version(),
@@ -101,7 +102,9 @@ class Doctor:
             "data": {p: {n: f.to_json() for n, f in fs.items()} for p, fs in self.data_facts.items()},
             "model": {n: f.to_json() for n, f in self.model_facts.items()} if self.model else None,
             "warnings": [
-                {"errno": w.errno, **_title(kb, w.errno), "says": w.says, **({"file": w.about} if w.about else {}), "facts": w.facts}
+                {"errno": w.errno, **_title(kb, w.errno), "says": w.says, **({"file": w.about} if w.about else {}), "facts": w.facts,
+                 **({"zh": {"title": zh.entries[w.errno].title, "says": predictions.says_in(w, zh.entries[w.errno])}}
+                    if zh is not None and w.errno in zh.zh else {})}
                 for w in self.warnings
             ],
         }
@@ -169,7 +172,7 @@ def print_doctor(con, doc: Doctor, kb=None) -> None:
     for w in doc.warnings:
         title = _title(kb, w.errno).get("title", "")
         con.print(f"  [bold red]{w.errno}[/] [bold]{escape(title)}[/]")
-        con.print(f"     {escape(w.says)}")
+        con.print(f"     {escape(predictions.says_in(w, kb.get(w.errno) if kb is not None else None))}")
     con.print(f"[dim]{_('errmap explain N shows the cause and fix of each code.')}[/]")
 
 

@@ -264,16 +264,20 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
                + ngettext("{lines:,} line", "{lines:,} lines", lines).format(lines=lines))
     cmd = report.command()
     if cmd and cmd["status"]:
-        how = f" (killed by {cmd['signal']}{' after a second Ctrl-C' if cmd.get('killed_by_errmap') else ''})" if "signal" in cmd else ""
-        known = "; no known cause in its output" if not ranked else ""
-        block(con, "", f"[bold red]The command failed[/] with status {cmd['status']}{how}{known}.")
+        how = "" if "signal" not in cmd else (_(" (killed by {signal} after a second Ctrl-C)") if cmd.get("killed_by_errmap")
+                                              else _(" (killed by {signal})")).format(signal=cmd["signal"])
+        known = _("; no known cause in its output") if not ranked else ""
+        block(con, "", f"[bold red]{_('The command failed')}[/]"
+              + escape(_(" with status {status}{how}{known}.").format(status=cmd["status"], how=how, known=known)))
         if "likely" in cmd:
             errno, says = report.exits[cmd["signal"]]
-            block(con, "   ", f"Likely cause: {errno} {escape(says)} [dim]errmap explain {errno}[/]")
+            block(con, f"   {_('Likely cause:')} ", f"{errno} {escape(says)}")
+            block(con, f"   [dim]{_('more:')}[/] ", f"[dim]errmap explain {errno}[/]")
     if not ranked and not residue and report.errors:
         n = len(report.errors)
-        also = f" [dim]({scanned} read)[/]" if read else ""
-        block(con, "[bold red]Nothing diagnosed:[/] ", f"{n} input{'s' if n != 1 else ''} could not be read{also}")
+        also = f" [dim]{_('({scanned} read)').format(scanned=scanned)}[/]" if read else ""
+        block(con, f"[bold red]{_('Nothing diagnosed:')}[/] ",
+              ngettext("{n} input could not be read", "{n} inputs could not be read", n).format(n=n) + also)
         return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
@@ -300,8 +304,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         opens = n == 1 or inc.run != tops[n - 2][0].run
         if len(runs) > 1 and opens:
             files = [s.path for s in report.sources if s.run == inc.run]
-            what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
-                                         f"and {len(files) - 1} more file{'s' if len(files) > 2 else ''}" if len(files) > 1 else "") if x)
+            more_files = ngettext("and {n} more file", "and {n} more files", len(files) - 1).format(n=len(files) - 1)
+            what = _(", ").join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
+                                            more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
             block(con, f"[bold]{run}[/] ", f"[dim]({escape(what)})[/]")
         print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose)
@@ -309,7 +314,8 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         con.print()
     for errno, k in shown.items():
         if k > SHOWN_PER_CODE and not verbose:
-            block(con, "", f"[dim]… {k - SHOWN_PER_CODE} more diagnoses of {errno} with other values (--verbose or --format json lists them)[/]")
+            more = _("… {n} more diagnoses of {errno} with other values (--verbose or --format json lists them)")
+            block(con, "", f"[dim]{more.format(n=k - SHOWN_PER_CODE, errno=errno)}[/]")
     if residue:
         shown = residue if verbose or not tops else residue[:3]
         label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
@@ -328,12 +334,14 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
 def _print_omitted(con: Console, triage: Triage) -> None:
     """What the caps on kept incidents and records left out, as counts."""
     for errno, n in sorted(triage.more.items()):
-        block(con, "", f"[dim]… and {n:,} more line{'s' if n != 1 else ''} of {errno} with other values "
-                  f"(only the first {MAX_PER_CODE} incidents of a code are kept)[/]")
+        more = ngettext("… and {n:,} more line of {errno} with other values (only the first {kept} incidents of a code are kept)",
+                        "… and {n:,} more lines of {errno} with other values (only the first {kept} incidents of a code are kept)", n)
+        block(con, "", f"[dim]{more.format(n=n, errno=errno, kept=MAX_PER_CODE)}[/]")
     if triage.more_residue:
         n = triage.more_residue
-        block(con, "", f"[dim]… and {n:,} more unrecognized error line{'s' if n != 1 else ''} "
-                  f"(only the first {MAX_RESIDUE} distinct ones are kept)[/]")
+        more = ngettext("… and {n:,} more unrecognized error line (only the first {kept} distinct ones are kept)",
+                        "… and {n:,} more unrecognized error lines (only the first {kept} distinct ones are kept)", n)
+        block(con, "", f"[dim]{more.format(n=n, kept=MAX_RESIDUE)}[/]")
 
 
 def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, Any]], depth: int = 1) -> None:

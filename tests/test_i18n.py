@@ -153,3 +153,31 @@ def test_catalogue_covers_every_help_text():
     finally:
         i18n.set_language(None)
     assert missing == []
+
+
+def test_doctor_warnings_in_chinese_with_the_same_values():
+    args = ("doctor", "--", "data.max_prompt_length=4096", "data.max_response_length=8192", "trainer.n_gpus_per_node=0")
+    zh = errmap(*args, env={**ZH, "COLUMNS": "200"}, timeout=300)
+    out = " ".join(zh.stdout.decode().split("```")[-1].split())
+    assert zh.returncode == 1, zh.stderr.decode()
+    assert ("actor_rollout_ref.rollout.max_num_batched_tokens=8192（verl 的默认值） 小于序列长度 12288"
+            "（data.max_prompt_length + data.max_response_length = 4096 + 8192）：至少调到 12288") in out
+    assert "is below" not in out and "verl default" not in out
+    en = " ".join(errmap(*args, env={"COLUMNS": "200"}, timeout=300).stdout.decode().split("```")[-1].split())
+    assert "max_num_batched_tokens=8192 (verl default) is below the sequence length 12288" in en and not _han(en)
+    doc = json.loads(errmap("doctor", "--format", "json", "--lang", "zh", *args[1:], timeout=300).stdout)
+    (w,) = [w for w in doc["warnings"] if w["errno"] == 1040]
+    assert "(verl default) is below" in w["says"] and not _han(w["title"])
+    assert w["zh"]["says"].startswith("actor_rollout_ref.rollout.max_num_batched_tokens=8192（verl 的默认值） 小于")
+    assert _han(w["zh"]["title"])
+    plain = json.loads(errmap("doctor", "--format", "json", *args[1:], env=ZH, timeout=300).stdout)
+    assert all("zh" not in w for w in plain["warnings"])  # the locale alone keeps JSON English
+
+
+def test_run_says_how_the_command_ended_in_chinese():
+    zh = errmap("run", "--", "bash", "-c", "echo hi; kill -9 $$", env=ZH)
+    err = "".join(zh.stderr.decode().split())
+    assert zh.returncode == 137 and zh.stdout == b"hi\n"
+    assert "命令失败，退出码137（被SIGKILL终止）；输出中没有已知原因。" in err
+    assert "可能的原因：1021主机内存耗尽" in err and "errmapexplain1021" in err
+    assert "errmap汇总" in err and not any(w in err for w in ("Likely", "failed", "summary", "status"))
