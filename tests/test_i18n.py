@@ -181,3 +181,12 @@ def test_run_says_how_the_command_ended_in_chinese():
     assert "命令失败，退出码137（被SIGKILL终止）；输出中没有已知原因。" in err
     assert "可能的原因：1021主机内存耗尽" in err and "errmapexplain1021" in err
     assert "errmap汇总" in err and not any(w in err for w in ("Likely", "failed", "summary", "status"))
+
+
+def test_explain_labels_in_chinese():
+    out = errmap("explain", "1009", "--lang", "zh", env={"COLUMNS": "200"}).stdout.decode()
+    lines = out.splitlines()
+    assert lines[0].endswith("· 根因") and "任何运行" in out and "\n    正则 " in out and "已确认的条件：" in out
+    assert "相关：" in out and "Any run" not in out and "pattern" not in out and "confirmed when" not in out
+    en = errmap("explain", "1009", env={"COLUMNS": "200"}).stdout.decode()
+    assert en.splitlines()[0].endswith("· root") and "Any run" in en and "confirmed when" in en and not _han(en)
