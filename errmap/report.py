@@ -206,10 +206,15 @@ def _spread(d: dict[str, Any]) -> str:
     return _(", ").join(parts)
 
 
+def _aside(text: str) -> str:
+    """' (text)' after what it qualifies; in Chinese, full-width parentheses and no space."""
+    return _(" ({what})").format(what=text)
+
+
 def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False) -> None:
     """One diagnosis: header, evidence, cause, fix, links; by default in one screen (SHOWN_CAUSE lines
     of cause, SHOWN_STEPS steps, one link), all of it with `verbose`."""
-    role = "" if d["role"] == "root" else f" [dim]({_('consequence')})[/]"
+    role = "" if d["role"] == "root" else f"[dim]{_aside(_('consequence'))}[/]"
     block(con, f"[bold]{n}.[/] " if n else "",
           f"[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
     ev = d["evidence"][0]
@@ -245,7 +250,7 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
         else:  # one row: the whole URL, its title cut to what is left
             block(con, f"{kind}{escape(link['url'])}  ", f"[dim]{escape(link['title'])}[/]", 1)
     left = len(d["fix"]) - len(steps)
-    hidden = f" [dim]({ngettext('{n} more step', '{n} more steps', left).format(n=left)})[/]" if left else ""
+    hidden = f"[dim]{_aside(ngettext('{n} more step', '{n} more steps', left).format(n=left))}[/]" if left else ""
     block(con, f"   [dim]{_('more:')}[/] ", escape(more) + hidden)
 
 
@@ -281,20 +286,20 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
-            block(con, "", f"[green]{_('No error found')}[/] [dim]({scanned})[/]")
+            block(con, "", f"[green]{_('No error found')}[/][dim]{_aside(scanned)}[/]")
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
     runs = list(dict.fromkeys(inc.run for inc, _ in tops))
-    stack = f"{STACKS[fw]}; " if len(runs) < 2 and (fw := report.framework()) else ""
-    stack += f"{escape(g.describe())}; " if len(runs) < 2 and (g := report.gpu()) else ""
+    stack = STACKS[fw] + _("; ") if len(runs) < 2 and (fw := report.framework()) else ""
+    stack += escape(g.describe()) + _("; ") if len(runs) < 2 and (g := report.gpu()) else ""
     if tops:
         heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
-        block(con, "", f"[bold]{heading}[/] [dim]({stack}{scanned}; {_('root cause first')})[/]")
+        block(con, "", f"[bold]{heading}[/][dim]{_aside(stack + scanned + _('; ') + _('root cause first'))}[/]")
         con.print()
     else:
         heading = ngettext("No known cause for {n} error", "No known cause for {n} errors", len(residue)).format(n=len(residue))
-        block(con, "", f"[bold]{heading}[/] [dim]({stack}{scanned})[/]")
+        block(con, "", f"[bold]{heading}[/][dim]{_aside(stack + scanned)}[/]")
         con.print()
     shown: dict[int, int] = {}
     for n, (inc, d) in enumerate(tops, 1):
@@ -308,7 +313,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             what = _(", ").join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
                                             more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
-            block(con, f"[bold]{run}[/] ", f"[dim]({escape(what)})[/]")
+            block(con, f"[bold]{run}[/] ", f"[dim]{_aside(escape(what)).lstrip()}[/]")
         print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)
         con.print()
@@ -319,9 +324,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     if residue:
         shown = residue if verbose or not tops else residue[:3]
         label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
-        block(con, "", f"[bold]{label}[/] [dim]({len(residue)})[/]")
+        block(con, "", f"[bold]{label}[/][dim]{_aside(str(len(residue)))}[/]")
         for r in shown:
-            count = f" [dim]({_('{n}x').format(n=r.count)})[/]" if r.count > 1 else ""
+            count = f"[dim]{_aside(_('{n}x').format(n=r.count))}[/]" if r.count > 1 else ""
             seen = f"[cyan]{escape(_where(_evidence(r.first)))}[/]{count}  {escape(r.first.text.strip()[:SHOWN_TEXT])}"
             block(con, "   ", seen) if verbose or not tops else row(con, f"   {seen}")  # one row beside diagnoses
         if len(shown) < len(residue):
@@ -348,6 +353,6 @@ def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, 
     for c in inc.consequences:
         cd = dicts[id(c)]
         block(con, f"   {'   ' * (depth - 1)}[dim]└─ {_('led to')}[/] ",
-              f"{cd['errno']} {escape(cd['title'])} "
-              f"[dim]({_spread(cd)}; {_('first at {where}').format(where=escape(_where(cd['evidence'][0])))})[/]")
+              f"{cd['errno']} {escape(cd['title'])}"
+              f"[dim]{_aside(_spread(cd) + _('; ') + _('first at {where}').format(where=escape(_where(cd['evidence'][0]))))}[/]")
         _print_consequences(con, c, dicts, depth + 1)

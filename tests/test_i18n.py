@@ -190,3 +190,12 @@ def test_explain_labels_in_chinese():
     assert "相关：" in out and "Any run" not in out and "pattern" not in out and "confirmed when" not in out
     en = errmap("explain", "1009", env={"COLUMNS": "200"}).stdout.decode()
     assert en.splitlines()[0].endswith("· root") and "Any run" in en and "confirmed when" in en and not _han(en)
+
+
+def test_chinese_report_uses_full_width_parentheses_and_separators():
+    out = errmap("scan", "--lang", "zh", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
+    lines = out.splitlines()
+    assert lines[0].startswith("1 条诊断（") and lines[0].endswith("；根因在前）") and "; " not in lines[0]
+    assert "（还有 1 步）" in out and "失败（3 次；首次出现于 " in out and "另见知识库中没有的错误（1）" in out
+    en = errmap("scan", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
+    assert en.splitlines()[0].startswith("1 diagnosis (") and "failed (3x; first at " in en
