@@ -368,7 +368,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
 def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
     """Explain an error code (1012), a slug (triton-shared-memory), or a pasted message or log line.
 
-    errmap explain 'CUDA error: no kernel image is available for execution on the device'
+    errmap explain 'CUDA error: device-side assert triggered'
     """
     from errmap.explain import lookup, print_entry
 
@@ -412,7 +412,9 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
 def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs: tuple[str, ...], overrides: tuple[str, ...]) -> None:
     """Check this machine, data and model before a run; warn about the codes it will hit.
 
-    errmap doctor --data train.parquet -- trainer.n_gpus_per_node=8 data.max_prompt_length=4096
+    \b
+    errmap doctor --data train.parquet -- \\
+        trainer.n_gpus_per_node=8 data.max_prompt_length=4096
 
     Exit status: 0 nothing predicted, 1 warnings, 2 usage error.
     """
@@ -441,8 +443,9 @@ def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
     group = None
     for e in kb:
         if e.group != group:
+            if group is not None:
+                con.print()
             group = e.group
-            con.print()
             layout.block(con, "", f"[bold]{escape(group)}[/]")
         role = "" if e.role == "root" else f"  [dim]({_('consequence')})[/]"
         layout.block(con, f"  {e.errno}  {e.slug:<{width}}  ", f"{escape(e.title)}{role}")
