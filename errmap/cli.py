@@ -251,8 +251,8 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
     if not follow_path and sys.stdin is not None and sys.stdin.isatty():
         layout.block(_console(stderr=True), "", _(
             "{watch} reads a log on stdin: pipe one in ({example}), or use {follow} or {run}. Reading this terminal until Ctrl-D.")
-            .format(watch="[yellow]errmap watch[/]", example="[bold]python train.py 2>&1 | errmap watch[/]",
-                    follow="[bold]--follow FILE[/]", run="[bold]errmap run -- CMD[/]"))
+            .format(watch="[yellow]errmap watch[/]", example="`python train.py 2>&1 | errmap watch`",
+                    follow="`--follow FILE`", run="`errmap run -- CMD`"))
     try:
         if follow_path:
             from errmap.follow import follow_into

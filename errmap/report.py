@@ -206,6 +206,11 @@ def _spread(d: dict[str, Any]) -> str:
     return _(", ").join(parts)
 
 
+def _label(text: str) -> str:
+    """A label and the space before what it labels; none after a full-width colon."""
+    return text if text.endswith("：") else text + " "
+
+
 def _aside(text: str) -> str:
     """' (text)' after what it qualifies; in Chinese, full-width parentheses and no space."""
     return _(" ({what})").format(what=text)
@@ -232,10 +237,10 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
             from errmap.probes.base import short
 
             shown = [f"{k}={short(v['value'], 80)}" if "value" in v else f"{k}=unknown" for k, v in d["facts"].items()]
-            block(con, f"   [dim]{_('facts:')}[/] ", f"[dim]{escape('; '.join(shown))}[/]")
+            block(con, f"   [dim]{_label(_('facts:'))}[/]", f"[dim]{escape('; '.join(shown))}[/]")
     more = d["docs"] or f"errmap explain {d['errno']}"
     if brief:
-        block(con, f"   [dim]{_('more:')}[/] ", f"[dim]{escape(more)}[/]")
+        block(con, f"   [dim]{_label(_('more:'))}[/]", f"[dim]{escape(more)}[/]")
         return
     links = d["links"] if verbose else d["links"][:SHOWN_LINKS]
     label = max(cell_len(x) for x in (_("Cause"), _("Fix"), *(_(link["kind"]) for link in links)))
@@ -251,13 +256,13 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
             block(con, f"{kind}{escape(link['url'])}  ", f"[dim]{escape(link['title'])}[/]", 1)
     left = len(d["fix"]) - len(steps)
     hidden = f"[dim]{_aside(ngettext('{n} more step', '{n} more steps', left).format(n=left))}[/]" if left else ""
-    block(con, f"   [dim]{_('more:')}[/] ", escape(more) + hidden)
+    block(con, f"   [dim]{_label(_('more:'))}[/]", escape(more) + hidden)
 
 
 def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
     """The whole report; `summary` keeps every diagnosis to its header (watch and run already printed them)."""
-    for err in report.errors:
-        block(con, "[bold red]errmap:[/] ", f"{escape(err.path)}: {escape(err.reason)}")
+    for err in report.errors:  # the common reasons are in the catalogue (JSON keeps them in English)
+        block(con, "[bold red]errmap:[/] ", f"{escape(err.path)}{_(': ')}{escape(_(err.reason))}")
     for s in report.sources:
         if s.warning:
             block(con, "[yellow]errmap:[/] ", f"{escape(s.path)}: {escape(s.warning)}")
@@ -276,12 +281,12 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
               + escape(_(" with status {status}{how}{known}.").format(status=cmd["status"], how=how, known=known)))
         if "likely" in cmd:
             errno, says = report.exits[cmd["signal"]]
-            block(con, f"   {_('Likely cause:')} ", f"{errno} {escape(says)}")
-            block(con, f"   [dim]{_('more:')}[/] ", f"[dim]errmap explain {errno}[/]")
+            block(con, f"   {_label(_('Likely cause:'))}", f"{errno} {escape(says)}")
+            block(con, f"   [dim]{_label(_('more:'))}[/]", f"[dim]errmap explain {errno}[/]")
     if not ranked and not residue and report.errors:
         n = len(report.errors)
-        also = f" [dim]{_('({scanned} read)').format(scanned=scanned)}[/]" if read else ""
-        block(con, f"[bold red]{_('Nothing diagnosed:')}[/] ",
+        also = f"[dim]{_aside(_('{scanned} read').format(scanned=scanned))}[/]" if read else ""
+        block(con, f"[bold red]{_label(_('Nothing diagnosed:'))}[/]",
               ngettext("{n} input could not be read", "{n} inputs could not be read", n).format(n=n) + also)
         return
     if not ranked and not residue:
