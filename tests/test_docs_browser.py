@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, errmap
+from conftest import ROOT
+from docs_site import HOSTILE_TITLE, hostile_site
 from errmap.explain import SECTIONS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -40,35 +41,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-# A user KB entry whose title and group are HTML: the site must show them as text.
-HOSTILE_ENTRY = """\
-errno: 9001
-slug: hostile-title
-title: "</title><script>window.pwned = 1</script> <b>bold</b> & co"
-group: "<img src=x onerror=\\"window.pwned = 2\\"> In-house"
-role: root
-summary: "A summary with <i>markup</i> in it."
-anchors:
-  - literal: "HOSTILESRV: shard lost"
-    regex: 'HOSTILESRV: shard lost'
-    source: "our own server"
-cause: "A cause with <u>markup</u>."
-fix:
-  - "Do <em>this</em>."
-"""
-HOSTILE_TITLE = "9001 · </title><script>window.pwned = 1</script> <b>bold</b> & co"
-
-
 @pytest.fixture(scope="module")
 def site_dir(tmp_path_factory) -> Path:
-    pytest.importorskip("mkdocs")
-    pytest.importorskip("material")
-    kb_dir = tmp_path_factory.mktemp("user-kb")
-    (kb_dir / "9001-hostile-title.yaml").write_text(HOSTILE_ENTRY, encoding="utf-8")
-    site = tmp_path_factory.mktemp("site")
-    proc = errmap("docs", "build", "--kb", str(kb_dir), "--out", str(site), timeout=300)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    return site
+    return hostile_site(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
