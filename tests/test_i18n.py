@@ -67,7 +67,7 @@ def test_doctor_in_chinese_from_lang_and_english_unchanged():
     zh = errmap("doctor", "--", "trainer.n_gpus_per_node=8", env=ZH)
     out = zh.stdout.decode()
     assert zh.returncode in (0, 1), zh.stderr.decode()
-    assert out.startswith("环境 （提交 issue 时贴上这一段）")
+    assert out.startswith("环境（提交 issue 时贴上这一段）")
     assert ("条警告：这套配置会遇到的错误码" in out and "errmap explain N 显示每个错误码的原因和修复方法。" in out) or "没有预见到已知的失败" in out
     en = errmap("doctor", "--", "trainer.n_gpus_per_node=8", env={**ZH, "LANG": "C.UTF-8"})
     text = en.stdout.decode()
