@@ -199,3 +199,12 @@ def test_chinese_report_uses_full_width_parentheses_and_separators():
     assert "（还有 1 步）" in out and "失败（3 次；首次出现于 " in out and "另见知识库中没有的错误（1）" in out
     en = errmap("scan", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
     assert en.splitlines()[0].startswith("1 diagnosis (") and "failed (3x; first at " in en
+
+
+def test_catalogue_defines_each_message_once():
+    import collections
+    import re
+
+    po = (i18n.LOCALE_DIR / "zh" / "LC_MESSAGES" / "errmap.po").read_text(encoding="utf-8")
+    ids = re.findall(r'^msgid ((?:".*"\n)+)', po, re.M)  # GNU msgfmt refuses a catalogue with one twice
+    assert [m for m, k in collections.Counter(ids).items() if k > 1] == []
