@@ -160,9 +160,9 @@ def print_doctor(con, doc: Doctor, kb=None) -> None:
     issues); `kb`, if given, in that language too, names the codes and says the warnings."""
     from errmap.i18n import _, ngettext
     from errmap.layout import block
-    from errmap.report import _aside, escape
+    from errmap.report import aside, escape
 
-    block(con, "", f"[bold]{_('Environment')}[/][dim]{_aside(_('paste this block into an issue'))}[/]")
+    block(con, "", f"[bold]{_('Environment')}[/][dim]{aside(_('paste this block into an issue'))}[/]")
     con.print("```", markup=False)
     for label, value in environment_rows(doc):
         block(con, escape(label), escape(value))

@@ -19,7 +19,7 @@ from errmap.i18n import _, pad
 from errmap.kb import KB, PLACEHOLDER, Entry
 from errmap.lines import ANSI
 from errmap.probes import PROBES
-from errmap.report import docs_url
+from errmap.report import docs_url, lead
 
 # The sections of an entry by key, in the order a reader needs them: what it is and what to do
 # first, then why and the evidence, the rules errmap matches last. The keys name them in code.
@@ -262,7 +262,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     def means() -> None:
         block(con, "  ", escape(e.summary))
         if e.applies_to:
-            block(con, f"  [dim]{_('Applies to:')}[/] ", escape(e.applies_to))
+            block(con, f"  [dim]{lead(_('Applies to:'))}[/]", escape(e.applies_to))
 
     def fix() -> None:
         groups = e.steps_by_stack()
@@ -271,7 +271,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
                 block(con, "  ", f"[bold]{escape(stack or _('Any run'))}[/]")
             digits = len(str(steps[-1][0]))
             for i, step in steps:
-                when = f"[dim]({escape(gpus.label(step.gpu))})[/] " if getattr(step, "gpu", ()) else ""
+                when = f"[dim]{_('({what}) ').format(what=escape(gpus.label(step.gpu)))}[/]" if getattr(step, "gpu", ()) else ""
                 block(con, f"  {i:>{digits}}. ", when + escape(e.fill(step.text)))
 
     def why() -> None:
@@ -298,7 +298,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
                 row(con, f"  [dim]{n:>{width}}[/]  {escape(text)}")
         for label, value in ((_("how:"), example.how), (_("machine:"), example.machine)):
             if value:
-                block(con, f"  [dim]{label}[/] ", f"[dim]{escape(value)}[/]")
+                block(con, f"  [dim]{lead(label)}[/]", f"[dim]{escape(value)}[/]")
 
     def related() -> None:
         groups = related_groups(e, kb)
@@ -306,10 +306,10 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             con.print(f"  [dim]{_('None.')}[/]")
         for label, items in groups:
             if len(items) > MANY:
-                block(con, f"  [dim]{_(label)}{_(':')}[/] ", ", ".join(str(n) for n, _title in items))
+                block(con, f"  [dim]{lead(_(label) + _(':'))}[/]", ", ".join(str(n) for n, _title in items))
                 continue
             for n, title in items:
-                block(con, f"  [dim]{_(label)}{_(':')}[/] ", f"{n} {escape(title or '')}")
+                block(con, f"  [dim]{lead(_(label) + _(':'))}[/]", f"{n} {escape(title or '')}")
 
     def confirms() -> None:
         if not probes:
@@ -317,7 +317,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         for name, what in probes:
             block(con, f"  [cyan]{name}[/]: ", escape(what))
         for verdict, says in checks:
-            block(con, f"  [dim]{_('{verdict} when').format(verdict=_(verdict))}[/] ", escape(says))
+            block(con, f"  [dim]{lead(_('{verdict} when').format(verdict=_(verdict)))}[/]", escape(says))
 
     def doctor() -> None:
         if not rules:
@@ -325,7 +325,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         for test, sentences in rules:
             block(con, "  ", f"[cyan]{escape(test)}[/]")
             for says in sentences:
-                block(con, f"    [dim]{_('warns:')}[/] ", escape(PLACEHOLDER.sub(lambda m: f'<{m[1]}>', says)))
+                block(con, f"    [dim]{lead(_('warns:'))}[/]", escape(PLACEHOLDER.sub(lambda m: f'<{m[1]}>', says)))
 
     def messages() -> None:
         for a in e.anchors:
@@ -350,4 +350,4 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         body[key]()
     if url := docs_url(e.errno):
         con.print()
-        block(con, f"[dim]{_('docs')}{_(':')}[/] ", escape(url))
+        block(con, f"[dim]{lead(_('docs') + _(':'))}[/]", escape(url))

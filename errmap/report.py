@@ -206,12 +206,12 @@ def _spread(d: dict[str, Any]) -> str:
     return _(", ").join(parts)
 
 
-def _label(text: str) -> str:
+def lead(text: str) -> str:
     """A label and the space before what it labels; none after a full-width colon."""
     return text if text.endswith("：") else text + " "
 
 
-def _aside(text: str) -> str:
+def aside(text: str) -> str:
     """' (text)' after what it qualifies; in Chinese, full-width parentheses and no space."""
     return _(" ({what})").format(what=text)
 
@@ -219,7 +219,7 @@ def _aside(text: str) -> str:
 def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False) -> None:
     """One diagnosis: header, evidence, cause, fix, links; by default in one screen (SHOWN_CAUSE lines
     of cause, SHOWN_STEPS steps, one link), all of it with `verbose`."""
-    role = "" if d["role"] == "root" else f"[dim]{_aside(_('consequence'))}[/]"
+    role = "" if d["role"] == "root" else f"[dim]{aside(_('consequence'))}[/]"
     block(con, f"[bold]{n}.[/] " if n else "",
           f"[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
     ev = d["evidence"][0]
@@ -237,10 +237,10 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
             from errmap.probes.base import short
 
             shown = [f"{k}={short(v['value'], 80)}" if "value" in v else f"{k}=unknown" for k, v in d["facts"].items()]
-            block(con, f"   [dim]{_label(_('facts:'))}[/]", f"[dim]{escape('; '.join(shown))}[/]")
+            block(con, f"   [dim]{lead(_('facts:'))}[/]", f"[dim]{escape('; '.join(shown))}[/]")
     more = d["docs"] or f"errmap explain {d['errno']}"
     if brief:
-        block(con, f"   [dim]{_label(_('more:'))}[/]", f"[dim]{escape(more)}[/]")
+        block(con, f"   [dim]{lead(_('more:'))}[/]", f"[dim]{escape(more)}[/]")
         return
     links = d["links"] if verbose else d["links"][:SHOWN_LINKS]
     label = max(cell_len(x) for x in (_("Cause"), _("Fix"), *(_(link["kind"]) for link in links)))
@@ -255,8 +255,8 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
         else:  # one row: the whole URL, its title cut to what is left
             block(con, f"{kind}{escape(link['url'])}  ", f"[dim]{escape(link['title'])}[/]", 1)
     left = len(d["fix"]) - len(steps)
-    hidden = f"[dim]{_aside(ngettext('{n} more step', '{n} more steps', left).format(n=left))}[/]" if left else ""
-    block(con, f"   [dim]{_label(_('more:'))}[/]", escape(more) + hidden)
+    hidden = f"[dim]{aside(ngettext('{n} more step', '{n} more steps', left).format(n=left))}[/]" if left else ""
+    block(con, f"   [dim]{lead(_('more:'))}[/]", escape(more) + hidden)
 
 
 def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
@@ -281,17 +281,17 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
               + escape(_(" with status {status}{how}{known}.").format(status=cmd["status"], how=how, known=known)))
         if "likely" in cmd:
             errno, says = report.exits[cmd["signal"]]
-            block(con, f"   {_label(_('Likely cause:'))}", f"{errno} {escape(says)}")
-            block(con, f"   [dim]{_label(_('more:'))}[/]", f"[dim]errmap explain {errno}[/]")
+            block(con, f"   {lead(_('Likely cause:'))}", f"{errno} {escape(says)}")
+            block(con, f"   [dim]{lead(_('more:'))}[/]", f"[dim]errmap explain {errno}[/]")
     if not ranked and not residue and report.errors:
         n = len(report.errors)
-        also = f"[dim]{_aside(_('{scanned} read').format(scanned=scanned))}[/]" if read else ""
-        block(con, f"[bold red]{_label(_('Nothing diagnosed:'))}[/]",
+        also = f"[dim]{aside(_('{scanned} read').format(scanned=scanned))}[/]" if read else ""
+        block(con, f"[bold red]{lead(_('Nothing diagnosed:'))}[/]",
               ngettext("{n} input could not be read", "{n} inputs could not be read", n).format(n=n) + also)
         return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
-            block(con, "", f"[green]{_('No error found')}[/][dim]{_aside(scanned)}[/]")
+            block(con, "", f"[green]{_('No error found')}[/][dim]{aside(scanned)}[/]")
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
@@ -300,11 +300,11 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     stack += escape(g.describe()) + _("; ") if len(runs) < 2 and (g := report.gpu()) else ""
     if tops:
         heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
-        block(con, "", f"[bold]{heading}[/][dim]{_aside(stack + scanned + _('; ') + _('root cause first'))}[/]")
+        block(con, "", f"[bold]{heading}[/][dim]{aside(stack + scanned + _('; ') + _('root cause first'))}[/]")
         con.print()
     else:
         heading = ngettext("No known cause for {n} error", "No known cause for {n} errors", len(residue)).format(n=len(residue))
-        block(con, "", f"[bold]{heading}[/][dim]{_aside(stack + scanned)}[/]")
+        block(con, "", f"[bold]{heading}[/][dim]{aside(stack + scanned)}[/]")
         con.print()
     shown: dict[int, int] = {}
     for n, (inc, d) in enumerate(tops, 1):
@@ -318,7 +318,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             what = _(", ").join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
                                             more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
-            block(con, f"[bold]{run}[/] ", f"[dim]{_aside(escape(what)).lstrip()}[/]")
+            block(con, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]")
         print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)
         con.print()
@@ -329,9 +329,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     if residue:
         shown = residue if verbose or not tops else residue[:3]
         label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
-        block(con, "", f"[bold]{label}[/][dim]{_aside(str(len(residue)))}[/]")
+        block(con, "", f"[bold]{label}[/][dim]{aside(str(len(residue)))}[/]")
         for r in shown:
-            count = f"[dim]{_aside(_('{n}x').format(n=r.count))}[/]" if r.count > 1 else ""
+            count = f"[dim]{aside(_('{n}x').format(n=r.count))}[/]" if r.count > 1 else ""
             seen = f"[cyan]{escape(_where(_evidence(r.first)))}[/]{count}  {escape(r.first.text.strip()[:SHOWN_TEXT])}"
             block(con, "   ", seen) if verbose or not tops else row(con, f"   {seen}")  # one row beside diagnoses
         if len(shown) < len(residue):
@@ -359,5 +359,5 @@ def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, 
         cd = dicts[id(c)]
         block(con, f"   {'   ' * (depth - 1)}[dim]└─ {_('led to')}[/] ",
               f"{cd['errno']} {escape(cd['title'])}"
-              f"[dim]{_aside(_spread(cd) + _('; ') + _('first at {where}').format(where=escape(_where(cd['evidence'][0]))))}[/]")
+              f"[dim]{aside(_spread(cd) + _('; ') + _('first at {where}').format(where=escape(_where(cd['evidence'][0]))))}[/]")
         _print_consequences(con, c, dicts, depth + 1)
