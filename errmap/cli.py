@@ -112,7 +112,7 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
     if ray_address is not None:
         _scan_ray(kb, ray_address, paths, node_paths, since, node_timeout, fmt, verbose, report_path)
     if not paths:
-        raise click.UsageError("give log files or directories to scan, or --ray for a Ray cluster")
+        raise click.UsageError(_("give log files or directories to scan, or --ray for a Ray cluster"))
     try:
         found = expand(list(paths))
         for s in found.sources if one_run else ():
@@ -120,7 +120,7 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
         sniffer = verify.sniff(found.sources) if probe else None
         report = scan(Matcher(kb), found.sources, found.errors, jobs)
     except KeyboardInterrupt:
-        _console(stderr=True).print("[bold red]errmap:[/] interrupted; nothing diagnosed")
+        _console(stderr=True).print(f"[bold red]errmap:[/] {_('interrupted; nothing diagnosed')}")
         sys.exit(130)
     if sniffer is not None:
         verify.attach(report, verify.prober_for(sniffer.settings, data_file, model_dir))
@@ -249,9 +249,10 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
     on_new = _live(_console(stderr=passthrough), fmt, report, probed, verbose)
     signal.signal(signal.SIGTERM, _stop)  # a summary on SIGTERM too, as on Ctrl-C
     if not follow_path and sys.stdin is not None and sys.stdin.isatty():
-        _console(stderr=True).print(
-            "[yellow]errmap watch[/] reads a log on stdin: pipe one in ([bold]python train.py 2>&1 | errmap watch[/]), "
-            "or use [bold]--follow FILE[/] or [bold]errmap run -- CMD[/]. Reading this terminal until Ctrl-D.")
+        layout.block(_console(stderr=True), "", _(
+            "{watch} reads a log on stdin: pipe one in ({example}), or use {follow} or {run}. Reading this terminal until Ctrl-D.")
+            .format(watch="[yellow]errmap watch[/]", example="`python train.py 2>&1 | errmap watch`",
+                    follow="`--follow FILE`", run="`errmap run -- CMD`"))
     try:
         if follow_path:
             from errmap.follow import follow_into
@@ -308,7 +309,7 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
     if fmt == "jsonl":
         return  # every diagnosis was already written as it happened
     con = _console(stderr=to_stderr)
-    con.print("\n[bold]errmap summary[/]")
+    con.print(f"\n[bold]{_('errmap summary')}[/]")
     print_report(con, report, summary=True)
 
 
@@ -367,7 +368,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
 def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
     """Explain an error code (1012), a slug (triton-shared-memory), or a pasted message or log line.
 
-    errmap explain 'CUDA error: no kernel image is available for execution on the device'
+    errmap explain 'CUDA error: device-side assert triggered'
     """
     from errmap.explain import lookup, print_entry
 
@@ -377,16 +378,18 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
     err = _console(stderr=True)
     others = ", ".join(f"{e.errno} {e.slug}" for e in found.others)
     if found.entry is None:
-        hint = f"did you mean {others}?" if found.others else "`errmap list` shows every code"
-        what = f"no code {query.strip()}" if query.strip().isdigit() else f"no code, slug or known message in {query!r}"
-        err.print(f"[bold red]errmap:[/] {escape(what)}; {escape(hint)}")
+        hint = _("did you mean {others}?").format(others=others) if found.others else _("`errmap list` shows every code")
+        what = (_("no code {code}").format(code=query.strip()) if query.strip().isdigit()
+                else _("no code, slug or known message in {query}").format(query=repr(query)))
+        err.print(f"[bold red]errmap:[/] {escape(what + _('; ') + hint)}")
         sys.exit(EXIT_INPUT)
     e = found.entry
     if found.how == "message":
-        err.print(f"[dim]errmap: the text matches {e.errno} {e.slug}" + (f"; it also matches {others}" if others else "") + "[/]")
+        also = _("; it also matches {others}").format(others=others) if others else ""
+        err.print(f"[dim]errmap: {escape(_('the text matches {code}').format(code=f'{e.errno} {e.slug}') + also)}[/]")
     elif found.how == "words":
-        err.print(f"[dim]errmap: no message matched; the closest by its words is {e.errno} {e.slug}"
-                  + (f" (also close: {others})" if others else "") + "[/]")
+        also = _(" (also close: {others})").format(others=others) if others else ""
+        err.print(f"[dim]errmap: {escape(_('no message matched; the closest by its words is {code}').format(code=f'{e.errno} {e.slug}') + also)}[/]")
     if fmt == "json":
         doc = e.to_dict()
         if i18n.asked() == "zh" and e.errno in kb.zh:
@@ -409,7 +412,9 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
 def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs: tuple[str, ...], overrides: tuple[str, ...]) -> None:
     """Check this machine, data and model before a run; warn about the codes it will hit.
 
-    errmap doctor --data train.parquet -- trainer.n_gpus_per_node=8 data.max_prompt_length=4096
+    \b
+    errmap doctor --data train.parquet -- \\
+        trainer.n_gpus_per_node=8 data.max_prompt_length=4096
 
     Exit status: 0 nothing predicted, 1 warnings, 2 usage error.
     """
@@ -418,7 +423,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs
     kb = _load_kb(kb_dirs, "json")  # the KB's predictions (yours too: --kb), in English like the rest of doctor
     doc = diagnose_setup(list(data_files), model_dir, list(overrides), kb)
     if fmt == "json":
-        click.echo(formats.dumps(doc.to_json(kb)))
+        click.echo(formats.dumps(doc.to_json(kb, kb.localized("zh") if i18n.asked() == "zh" else None)))
     else:
         print_doctor(_console(), doc, kb.localized(i18n.language()) if kb else None)
     sys.exit(1 if doc.warnings else 0)
@@ -438,8 +443,9 @@ def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
     group = None
     for e in kb:
         if e.group != group:
+            if group is not None:
+                con.print()
             group = e.group
-            con.print()
             layout.block(con, "", f"[bold]{escape(group)}[/]")
         role = "" if e.role == "root" else f"  [dim]({_('consequence')})[/]"
         layout.block(con, f"  {e.errno}  {e.slug:<{width}}  ", f"{escape(e.title)}{role}")

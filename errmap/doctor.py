@@ -91,7 +91,8 @@ class Doctor:
 
     # ------------------------------------------------------------ output
 
-    def to_json(self, kb=None) -> dict[str, Any]:
+    def to_json(self, kb=None, zh=None) -> dict[str, Any]:
+        """The JSON contract; `zh`, the KB in Chinese, adds each warning's Chinese text as a field of its own."""
         return {
             "version": 1,
             "errmap": _errmap_version(),
@@ -101,7 +102,9 @@ class Doctor:
             "data": {p: {n: f.to_json() for n, f in fs.items()} for p, fs in self.data_facts.items()},
             "model": {n: f.to_json() for n, f in self.model_facts.items()} if self.model else None,
             "warnings": [
-                {"errno": w.errno, **_title(kb, w.errno), "says": w.says, **({"file": w.about} if w.about else {}), "facts": w.facts}
+                {"errno": w.errno, **_title(kb, w.errno), "says": w.says, **({"file": w.about} if w.about else {}), "facts": w.facts,
+                 **({"zh": {"title": zh.entries[w.errno].title, "says": predictions.says_in(w, zh.entries[w.errno])}}
+                    if zh is not None and w.errno in zh.zh else {})}
                 for w in self.warnings
             ],
         }
@@ -134,43 +137,47 @@ def diagnose_setup(data: list[str], model: str | None, overrides: list[str], kb:
     return doc
 
 
-def environment_block(doc: Doctor) -> str:
-    """Plain text, one fact a line, to paste into an issue."""
-    lines = [f"errmap {_errmap_version()} doctor · Python {sys.version.split()[0]} · {platform.platform()}"]
+def environment_rows(doc: Doctor) -> list[tuple[str, str]]:
+    """The environment block as (label, value) rows: one fact a row, to paste into an issue."""
+    rows = [("", f"errmap {_errmap_version()} doctor · Python {sys.version.split()[0]} · {platform.platform()}")]
     width = max(len(n) for n in PROBES) + 2
     for name, fact in doc.facts.items():
         if name == "run.config" and not doc.config:
             continue
-        lines.append(f"{name:<{width}}{fact.show()}" + (f"  [{fact.via}]" if fact.known and fact.via else ""))
+        rows.append((f"{name:<{width}}", fact.show() + (f"  [{fact.via}]" if fact.known and fact.via else "")))
     for path, facts in doc.data_facts.items():
-        lines.append(f"-- data {path}")
-        lines += [f"{n:<{width}}{f.show()}" for n, f in facts.items()]
+        rows.append(("-- data ", path))
+        rows += [(f"{n:<{width}}", f.show()) for n, f in facts.items()]
     if doc.model:
-        lines.append(f"-- model {doc.model}")
-        lines += [f"{n:<{width}}{f.show()}" for n, f in doc.model_facts.items()]
-    return "\n".join(lines)
+        rows.append(("-- model ", doc.model))
+        rows += [(f"{n:<{width}}", f.show()) for n, f in doc.model_facts.items()]
+    return rows
 
 
 def print_doctor(con, doc: Doctor, kb=None) -> None:
-    """The report in the current language (the environment block stays as the probes give it:
-    it is pasted into issues); `kb`, if given, in that language too, names the codes."""
+    """The report in the current language, wrapped at the console's width with hanging indents (the
+    environment block's facts as the probes give them, each wrapped under its value: it is pasted into
+    issues); `kb`, if given, in that language too, names the codes and says the warnings."""
     from errmap.i18n import _, ngettext
-    from errmap.report import escape
+    from errmap.layout import block
+    from errmap.report import aside, escape
 
-    con.print(f"[bold]{_('Environment')}[/] [dim]{_('(paste this block into an issue)')}[/]")
+    block(con, "", f"[bold]{_('Environment')}[/][dim]{aside(_('paste this block into an issue'))}[/]")
     con.print("```", markup=False)
-    con.print(environment_block(doc), markup=False, highlight=False, soft_wrap=True)
+    for label, value in environment_rows(doc):
+        block(con, escape(label), escape(value))
     con.print("```", markup=False)
     if not doc.warnings:
-        con.print(f"[green]{_('No known failure predicted for this setup.')}[/]")
+        block(con, "", f"[green]{_('No known failure predicted for this setup.')}[/]")
         return
     n = len(doc.warnings)
-    con.print(f"\n[bold]{ngettext('{n} warning', '{n} warnings', n).format(n=n)}[/]{_(': codes this setup will hit')}")
+    con.print()
+    block(con, "", f"[bold]{ngettext('{n} warning', '{n} warnings', n).format(n=n)}[/]{_(': codes this setup will hit')}")
     for w in doc.warnings:
-        title = _title(kb, w.errno).get("title", "")
-        con.print(f"  [bold red]{w.errno}[/] [bold]{escape(title)}[/]")
-        con.print(f"     {escape(w.says)}")
-    con.print(f"[dim]{_('errmap explain N shows the cause and fix of each code.')}[/]")
+        entry = kb.get(w.errno) if kb is not None else None
+        block(con, f"  [bold red]{w.errno}[/] ", f"[bold]{escape(entry.title if entry else '')}[/]")
+        block(con, "       ", escape(predictions.says_in(w, entry)))
+    block(con, "", f"[dim]{_('errmap explain N shows the cause and fix of each code.')}[/]")
 
 
 registry()  # probes are registered before any run

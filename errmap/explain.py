@@ -15,11 +15,11 @@ from errmap.layout import block, row
 from errmap.report import escape  # rich markup and terminal escapes of printed text
 
 from errmap import gpus
-from errmap.i18n import _
+from errmap.i18n import _, pad
 from errmap.kb import KB, PLACEHOLDER, Entry
 from errmap.lines import ANSI
 from errmap.probes import PROBES
-from errmap.report import docs_url
+from errmap.report import docs_url, lead
 
 # The sections of an entry by key, in the order a reader needs them: what it is and what to do
 # first, then why and the evidence, the rules errmap matches last. The keys name them in code.
@@ -262,16 +262,16 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     def means() -> None:
         block(con, "  ", escape(e.summary))
         if e.applies_to:
-            block(con, f"  [dim]{_('Applies to:')}[/] ", escape(e.applies_to))
+            block(con, f"  [dim]{lead(_('Applies to:'))}[/]", escape(e.applies_to))
 
     def fix() -> None:
         groups = e.steps_by_stack()
         for stack, steps in groups:
             if len(groups) > 1:
-                block(con, "  ", f"[bold]{escape(stack or 'Any run')}[/]")
+                block(con, "  ", f"[bold]{escape(stack or _('Any run'))}[/]")
             digits = len(str(steps[-1][0]))
             for i, step in steps:
-                when = f"[dim]({escape(gpus.label(step.gpu))})[/] " if getattr(step, "gpu", ()) else ""
+                when = f"[dim]{_('({what}) ').format(what=escape(gpus.label(step.gpu)))}[/]" if getattr(step, "gpu", ()) else ""
                 block(con, f"  {i:>{digits}}. ", when + escape(e.fill(step.text)))
 
     def why() -> None:
@@ -279,10 +279,10 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
 
     def links() -> None:
         if not e.links:
-            con.print("  [dim]None recorded.[/]")
+            con.print(f"  [dim]{_('None recorded.')}[/]")
         for link in e.links:
-            fixed = f" (fixed in {link.fixed_in})" if link.fixed_in else ""
-            block(con, f"  [dim]{link.kind:<7}[/] ", escape(link.url))
+            fixed = _(" (fixed in {version})").format(version=link.fixed_in) if link.fixed_in else ""
+            block(con, f"  [dim]{pad(_(link.kind), 7)}[/] ", escape(link.url))
             block(con, " " * 10, escape(link.title + fixed))
 
     def example_log() -> None:
@@ -296,28 +296,28 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             else:
                 # Context is cut at the terminal's edge; the matched line above wraps in full.
                 row(con, f"  [dim]{n:>{width}}[/]  {escape(text)}")
-        for label, value in (("how", example.how), ("machine", example.machine)):
+        for label, value in ((_("how:"), example.how), (_("machine:"), example.machine)):
             if value:
-                block(con, f"  [dim]{label}:[/] ", f"[dim]{escape(value)}[/]")
+                block(con, f"  [dim]{lead(label)}[/]", f"[dim]{escape(value)}[/]")
 
     def related() -> None:
         groups = related_groups(e, kb)
         if not groups:
-            con.print("  [dim]None.[/]")
+            con.print(f"  [dim]{_('None.')}[/]")
         for label, items in groups:
             if len(items) > MANY:
-                block(con, f"  [dim]{label}:[/] ", ", ".join(str(n) for n, _ in items))
+                block(con, f"  [dim]{lead(_(label) + _(':'))}[/]", ", ".join(str(n) for n, _title in items))
                 continue
             for n, title in items:
-                block(con, f"  [dim]{label}:[/] ", f"{n} {escape(title or '')}")
+                block(con, f"  [dim]{lead(_(label) + _(':'))}[/]", f"{n} {escape(title or '')}")
 
     def confirms() -> None:
         if not probes:
-            con.print("  [dim]No probe: the message in the log decides alone.[/]")
+            con.print(f"  [dim]{_('No probe: the message in the log decides alone.')}[/]")
         for name, what in probes:
             block(con, f"  [cyan]{name}[/]: ", escape(what))
         for verdict, says in checks:
-            block(con, f"  [dim]{verdict} when[/] ", escape(says))
+            block(con, f"  [dim]{lead(_('{verdict} when').format(verdict=_(verdict)))}[/]", escape(says))
 
     def doctor() -> None:
         if not rules:
@@ -325,29 +325,29 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         for test, sentences in rules:
             block(con, "  ", f"[cyan]{escape(test)}[/]")
             for says in sentences:
-                block(con, f"    [dim]{_('warns:')}[/] ", escape(PLACEHOLDER.sub(lambda m: f'<{m[1]}>', says)))
+                block(con, f"    [dim]{lead(_('warns:'))}[/]", escape(PLACEHOLDER.sub(lambda m: f'<{m[1]}>', says)))
 
     def messages() -> None:
         for a in e.anchors:
             block(con, "  ", f"[cyan]{escape(' | '.join(a.literals))}[/]")
             block(con, "    ", f"[dim]{escape(a.source)}[/]")
-            block(con, "    [dim]pattern[/] ", escape(a.regex))
+            block(con, f"    [dim]{_('pattern')}[/] ", escape(a.regex))
             if a.frame:
-                block(con, "    ", f"[dim]only inside a traceback with a frame matching[/] {escape(a.frame)}")
+                block(con, "    ", f"[dim]{_('only inside a traceback with a frame matching')}[/] {escape(a.frame)}")
             if a.unless:
-                block(con, "    ", f"[dim]not on a line matching[/] {escape(a.unless)}")
+                block(con, "    ", f"[dim]{_('not on a line matching')}[/] {escape(a.unless)}")
 
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example_log,
             "related": related, "confirms": confirms, "doctor": doctor, "messages": messages}
     extra = {
-        "example": f"  [dim]({escape(example.path)}, {escape(example.origin or 'source not recorded')})[/]" if example else "",
+        "example": f"  [dim]({escape(example.path)}, {escape(example.origin or _('source not recorded'))})[/]" if example else "",
         "confirms": "  [dim](errmap scan --probe)[/]" if probes else "",
     }
-    block(con, f"[bold red]{e.errno}[/] ", f"[bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {e.role}[/]")
+    block(con, f"[bold red]{e.errno}[/] ", f"[bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {_(e.role)}[/]")
     for key, heading in HEADINGS.items():
         con.print()
         block(con, "", f"[bold]{_(heading)}[/]{extra.get(key, '')}")
         body[key]()
     if url := docs_url(e.errno):
         con.print()
-        block(con, "[dim]docs:[/] ", escape(url))
+        block(con, f"[dim]{lead(_('docs') + _(':'))}[/]", escape(url))

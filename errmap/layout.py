@@ -3,9 +3,10 @@
 The width is COLUMNS when it is set, else the terminal's when the output goes to one, else WIDTH:
 piped or redirected output is laid out at 80 columns wherever it runs, so that it reads the same in
 a file, a pager or a test. Lines break only at white space and at the edge of a wide (CJK)
-character; a `code span`, a config key, a path or a URL is never split. A token wider than a whole
-line starts a line of its own and runs past the edge (the terminal folds it) rather than being cut:
-what is copied from the screen is then still the whole token.
+character; a `code span`, a config key, a path or a URL is never split. A token wider than a line's
+room after the indent starts a line of its own, moved left as far as it must to fit (to the margin
+at most: one wider than the whole width runs past the edge, and the terminal folds it) rather than
+being cut: what is copied from the screen is then still the whole token.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def block(con: Console, lead: str, body: str = "", lines: int | None = None) -> 
     out = Text()
     for i, line in enumerate(rows):
         line.rstrip()
-        out.append_text(Text("\n" + " " * indent) + line if i else line)
+        shift = min(indent, max(0, con.width - cell_len(line.plain)))  # left of the indent when a token needs it
+        out.append_text(Text("\n" + " " * shift) + line if i else line)
     con.print(out)
 
 

@@ -30,6 +30,8 @@ class Warning_:
     says: str
     facts: dict[str, Any] = field(default_factory=dict)
     about: str | None = None  # the file a warning is about
+    sentence: int | None = None  # which of its entry's prediction sentences it says (translations.predict_sentences)
+    names: dict[str, str] = field(default_factory=dict)  # the values filled into that sentence
 
 
 class Setup(Protocol):
@@ -319,8 +321,10 @@ def _attach(doc: Setup, names: list[str], read: list[tuple[str, dict[str, str]]]
 
 def _one(doc: Setup, e: Entry, p: Prediction, path: str | None) -> list[Warning_]:
     about = path if path is not None else doc.model if scope(p) == "model" else None
+    first = sum(len(q.sentences) for q in e.predicts[: e.predicts.index(p)])
     if p.mechanism:
-        return [Warning_(e.errno, _fill(p.says[case], names), _attach(doc, list(p.show), [], path))
+        return [Warning_(e.errno, _fill(p.says[case], names), _attach(doc, list(p.show), [], path),
+                         sentence=first + list(p.says).index(case), names=names)
                 for case, names in MECHANISMS[p.mechanism].fn(doc, p.params)]
     names = {"file": path or "", "model": doc.model or ""}
     read: list[tuple[str, dict[str, str]]] = []
@@ -330,7 +334,19 @@ def _one(doc: Setup, e: Entry, p: Prediction, path: str | None) -> list[Warning_
             return []
         names.update(held.names)
         read += held.facts
-    return [Warning_(e.errno, _fill(p.says, names), _attach(doc, list(p.show) or [n for n, _ in read], read, path), about)]
+    return [Warning_(e.errno, _fill(p.says, names), _attach(doc, list(p.show) or [n for n, _ in read], read, path), about,
+                     first, names)]
+
+
+def says_in(w: Warning_, entry: Entry | None) -> str:
+    """What a warning says in the language of `entry` (its entry as KB.localized gives it): that
+    language's sentence with the same values, a verl default marked in that language too."""
+    from errmap.i18n import _
+
+    sentences = [s for p in entry.predicts for s in p.sentences] if entry is not None else []
+    if w.sentence is None or w.sentence >= len(sentences):
+        return w.says
+    return _fill(sentences[w.sentence], {k: v.replace(DEFAULT_NOTE, _(DEFAULT_NOTE)) for k, v in w.names.items()})
 
 
 def predict(doc: Setup, kb: KB) -> list[Warning_]:

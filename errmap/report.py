@@ -206,10 +206,20 @@ def _spread(d: dict[str, Any]) -> str:
     return _(", ").join(parts)
 
 
+def lead(text: str) -> str:
+    """A label and the space before what it labels; none after a full-width colon."""
+    return text if text.endswith("：") else text + " "
+
+
+def aside(text: str) -> str:
+    """' (text)' after what it qualifies; in Chinese, full-width parentheses and no space."""
+    return _(" ({what})").format(what=text)
+
+
 def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False) -> None:
     """One diagnosis: header, evidence, cause, fix, links; by default in one screen (SHOWN_CAUSE lines
     of cause, SHOWN_STEPS steps, one link), all of it with `verbose`."""
-    role = "" if d["role"] == "root" else f" [dim]({_('consequence')})[/]"
+    role = "" if d["role"] == "root" else f"[dim]{aside(_('consequence'))}[/]"
     block(con, f"[bold]{n}.[/] " if n else "",
           f"[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
     ev = d["evidence"][0]
@@ -227,10 +237,10 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
             from errmap.probes.base import short
 
             shown = [f"{k}={short(v['value'], 80)}" if "value" in v else f"{k}=unknown" for k, v in d["facts"].items()]
-            block(con, f"   [dim]{_('facts:')}[/] ", f"[dim]{escape('; '.join(shown))}[/]")
+            block(con, f"   [dim]{lead(_('facts:'))}[/]", f"[dim]{escape('; '.join(shown))}[/]")
     more = d["docs"] or f"errmap explain {d['errno']}"
     if brief:
-        block(con, f"   [dim]{_('more:')}[/] ", f"[dim]{escape(more)}[/]")
+        block(con, f"   [dim]{lead(_('more:'))}[/]", f"[dim]{escape(more)}[/]")
         return
     links = d["links"] if verbose else d["links"][:SHOWN_LINKS]
     label = max(cell_len(x) for x in (_("Cause"), _("Fix"), *(_(link["kind"]) for link in links)))
@@ -245,14 +255,14 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
         else:  # one row: the whole URL, its title cut to what is left
             block(con, f"{kind}{escape(link['url'])}  ", f"[dim]{escape(link['title'])}[/]", 1)
     left = len(d["fix"]) - len(steps)
-    hidden = f" [dim]({ngettext('{n} more step', '{n} more steps', left).format(n=left)})[/]" if left else ""
-    block(con, f"   [dim]{_('more:')}[/] ", escape(more) + hidden)
+    hidden = f"[dim]{aside(ngettext('{n} more step', '{n} more steps', left).format(n=left))}[/]" if left else ""
+    block(con, f"   [dim]{lead(_('more:'))}[/]", escape(more) + hidden)
 
 
 def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
     """The whole report; `summary` keeps every diagnosis to its header (watch and run already printed them)."""
-    for err in report.errors:
-        block(con, "[bold red]errmap:[/] ", f"{escape(err.path)}: {escape(err.reason)}")
+    for err in report.errors:  # the common reasons are in the catalogue (JSON keeps them in English)
+        block(con, "[bold red]errmap:[/] ", f"{escape(err.path)}{_(': ')}{escape(_(err.reason))}")
     for s in report.sources:
         if s.warning:
             block(con, "[yellow]errmap:[/] ", f"{escape(s.path)}: {escape(s.warning)}")
@@ -264,33 +274,37 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
                + ngettext("{lines:,} line", "{lines:,} lines", lines).format(lines=lines))
     cmd = report.command()
     if cmd and cmd["status"]:
-        how = f" (killed by {cmd['signal']}{' after a second Ctrl-C' if cmd.get('killed_by_errmap') else ''})" if "signal" in cmd else ""
-        known = "; no known cause in its output" if not ranked else ""
-        block(con, "", f"[bold red]The command failed[/] with status {cmd['status']}{how}{known}.")
+        how = "" if "signal" not in cmd else (_(" (killed by {signal} after a second Ctrl-C)") if cmd.get("killed_by_errmap")
+                                              else _(" (killed by {signal})")).format(signal=cmd["signal"])
+        known = _("; no known cause in its output") if not ranked else ""
+        block(con, "", f"[bold red]{_('The command failed')}[/]"
+              + escape(_(" with status {status}{how}{known}.").format(status=cmd["status"], how=how, known=known)))
         if "likely" in cmd:
             errno, says = report.exits[cmd["signal"]]
-            block(con, "   ", f"Likely cause: {errno} {escape(says)} [dim]errmap explain {errno}[/]")
+            block(con, f"   {lead(_('Likely cause:'))}", f"{errno} {escape(says)}")
+            block(con, f"   [dim]{lead(_('more:'))}[/]", f"[dim]errmap explain {errno}[/]")
     if not ranked and not residue and report.errors:
         n = len(report.errors)
-        also = f" [dim]({scanned} read)[/]" if read else ""
-        block(con, "[bold red]Nothing diagnosed:[/] ", f"{n} input{'s' if n != 1 else ''} could not be read{also}")
+        also = f"[dim]{aside(_('{scanned} read').format(scanned=scanned))}[/]" if read else ""
+        block(con, f"[bold red]{lead(_('Nothing diagnosed:'))}[/]",
+              ngettext("{n} input could not be read", "{n} inputs could not be read", n).format(n=n) + also)
         return
     if not ranked and not residue:
         if not (cmd and cmd["status"]):
-            block(con, "", f"[green]{_('No error found')}[/] [dim]({scanned})[/]")
+            block(con, "", f"[green]{_('No error found')}[/][dim]{aside(scanned)}[/]")
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
     runs = list(dict.fromkeys(inc.run for inc, _ in tops))
-    stack = f"{STACKS[fw]}; " if len(runs) < 2 and (fw := report.framework()) else ""
-    stack += f"{escape(g.describe())}; " if len(runs) < 2 and (g := report.gpu()) else ""
+    stack = STACKS[fw] + _("; ") if len(runs) < 2 and (fw := report.framework()) else ""
+    stack += escape(g.describe()) + _("; ") if len(runs) < 2 and (g := report.gpu()) else ""
     if tops:
         heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
-        block(con, "", f"[bold]{heading}[/] [dim]({stack}{scanned}; {_('root cause first')})[/]")
+        block(con, "", f"[bold]{heading}[/][dim]{aside(stack + scanned + _('; ') + _('root cause first'))}[/]")
         con.print()
     else:
         heading = ngettext("No known cause for {n} error", "No known cause for {n} errors", len(residue)).format(n=len(residue))
-        block(con, "", f"[bold]{heading}[/] [dim]({stack}{scanned})[/]")
+        block(con, "", f"[bold]{heading}[/][dim]{aside(stack + scanned)}[/]")
         con.print()
     shown: dict[int, int] = {}
     for n, (inc, d) in enumerate(tops, 1):
@@ -300,22 +314,24 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         opens = n == 1 or inc.run != tops[n - 2][0].run
         if len(runs) > 1 and opens:
             files = [s.path for s in report.sources if s.run == inc.run]
-            what = ", ".join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
-                                         f"and {len(files) - 1} more file{'s' if len(files) > 2 else ''}" if len(files) > 1 else "") if x)
+            more_files = ngettext("and {n} more file", "and {n} more files", len(files) - 1).format(n=len(files) - 1)
+            what = _(", ").join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
+                                            more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
-            block(con, f"[bold]{run}[/] ", f"[dim]({escape(what)})[/]")
+            block(con, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]")
         print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose)
         _print_consequences(con, inc, dicts)
         con.print()
     for errno, k in shown.items():
         if k > SHOWN_PER_CODE and not verbose:
-            block(con, "", f"[dim]… {k - SHOWN_PER_CODE} more diagnoses of {errno} with other values (--verbose or --format json lists them)[/]")
+            more = _("… {n} more diagnoses of {errno} with other values (--verbose or --format json lists them)")
+            block(con, "", f"[dim]{more.format(n=k - SHOWN_PER_CODE, errno=errno)}[/]")
     if residue:
         shown = residue if verbose or not tops else residue[:3]
         label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
-        block(con, "", f"[bold]{label}[/] [dim]({len(residue)})[/]")
+        block(con, "", f"[bold]{label}[/][dim]{aside(str(len(residue)))}[/]")
         for r in shown:
-            count = f" [dim]({_('{n}x').format(n=r.count)})[/]" if r.count > 1 else ""
+            count = f"[dim]{aside(_('{n}x').format(n=r.count))}[/]" if r.count > 1 else ""
             seen = f"[cyan]{escape(_where(_evidence(r.first)))}[/]{count}  {escape(r.first.text.strip()[:SHOWN_TEXT])}"
             block(con, "   ", seen) if verbose or not tops else row(con, f"   {seen}")  # one row beside diagnoses
         if len(shown) < len(residue):
@@ -328,18 +344,20 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
 def _print_omitted(con: Console, triage: Triage) -> None:
     """What the caps on kept incidents and records left out, as counts."""
     for errno, n in sorted(triage.more.items()):
-        block(con, "", f"[dim]… and {n:,} more line{'s' if n != 1 else ''} of {errno} with other values "
-                  f"(only the first {MAX_PER_CODE} incidents of a code are kept)[/]")
+        more = ngettext("… and {n:,} more line of {errno} with other values (only the first {kept} incidents of a code are kept)",
+                        "… and {n:,} more lines of {errno} with other values (only the first {kept} incidents of a code are kept)", n)
+        block(con, "", f"[dim]{more.format(n=n, errno=errno, kept=MAX_PER_CODE)}[/]")
     if triage.more_residue:
         n = triage.more_residue
-        block(con, "", f"[dim]… and {n:,} more unrecognized error line{'s' if n != 1 else ''} "
-                  f"(only the first {MAX_RESIDUE} distinct ones are kept)[/]")
+        more = ngettext("… and {n:,} more unrecognized error line (only the first {kept} distinct ones are kept)",
+                        "… and {n:,} more unrecognized error lines (only the first {kept} distinct ones are kept)", n)
+        block(con, "", f"[dim]{more.format(n=n, kept=MAX_RESIDUE)}[/]")
 
 
 def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, Any]], depth: int = 1) -> None:
     for c in inc.consequences:
         cd = dicts[id(c)]
         block(con, f"   {'   ' * (depth - 1)}[dim]└─ {_('led to')}[/] ",
-              f"{cd['errno']} {escape(cd['title'])} "
-              f"[dim]({_spread(cd)}; {_('first at {where}').format(where=escape(_where(cd['evidence'][0])))})[/]")
+              f"{cd['errno']} {escape(cd['title'])}"
+              f"[dim]{aside(_spread(cd) + _('; ') + _('first at {where}').format(where=escape(_where(cd['evidence'][0]))))}[/]")
         _print_consequences(con, c, dicts, depth + 1)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from errmap.i18n import _
 from errmap.matcher import Matcher
 from errmap.scan import OnNew, feed
 from errmap.source import Source
@@ -105,10 +106,10 @@ class _Signals:
         if self.interrupts == 1:
             if not delivered:
                 self.send(signal.SIGINT)
-            self.notice("Ctrl-C sent to the command; press Ctrl-C again to kill it")
+            self.notice(_("Ctrl-C sent to the command; press Ctrl-C again to kill it"))
         elif not self.forced:
             self.forced = True
-            self.notice("killing the command (SIGKILL)")
+            self.notice(_("killing the command (SIGKILL)"))
             self.send(signal.SIGKILL)
 
     def _handle(self, signum: int, _frame) -> None:

@@ -137,6 +137,17 @@ def test_explain_and_list():
     assert errmap("explain", "9999").returncode == 2
     listed = errmap("list")
     assert listed.returncode == 0 and b"1012" in listed.stdout
+    assert listed.stdout.startswith(b"GPU platform") and not listed.stdout.endswith(b"\n\n")  # no blank line at either end
+
+
+def test_help_examples_are_whole_commands_at_80_columns():
+    for lang in ("en", "zh"):
+        doctor = errmap("doctor", "--help", env={"COLUMNS": "80", "ERRMAP_LANG": lang}).stdout.decode().splitlines()
+        assert "  errmap doctor --data train.parquet -- \\" in doctor
+        assert "      trainer.n_gpus_per_node=8 data.max_prompt_length=4096" in doctor
+        explain = errmap("explain", "--help", env={"COLUMNS": "80", "ERRMAP_LANG": lang}).stdout.decode().splitlines()
+        assert "  errmap explain 'CUDA error: device-side assert triggered'" in explain
+    assert "the text matches 1015" in errmap("explain", "CUDA error: device-side assert triggered").stderr.decode()
 
 
 def test_kb_check_names_file_and_line(tmp_path):

@@ -18,6 +18,8 @@ from errmap.explain import SECTIONS, find_example, print_entry
 from errmap.report import docs_url
 
 from conftest import ROOT, errmap
+import docs_site
+from docs_site import HOSTILE_ENTRY, needs_mkdocs
 
 # The Triton message as triton/runtime/errors.py (class OutOfResources) formats it.
 TRITON = (
@@ -267,11 +269,6 @@ def test_sarif_help_uri_is_never_a_local_file(tmp_path):
 # ---------------------------------------------------------------- the build
 
 
-def needs_mkdocs():
-    pytest.importorskip("mkdocs")
-    pytest.importorskip("material")
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     needs_mkdocs()
@@ -310,33 +307,9 @@ def test_rebuild_replaces_only_an_earlier_site(site):
     (site / "errno" / "notes.txt").unlink()
 
 
-HOSTILE_ENTRY = """\
-errno: 9001
-slug: hostile-title
-title: "</title><script>window.pwned = 1</script> <b>bold</b> & co"
-group: "<img src=x onerror=\\"window.pwned = 2\\"> In-house"
-role: root
-summary: "A summary with <i>markup</i> in it."
-anchors:
-  - literal: "HOSTILESRV: lost"
-    regex: 'HOSTILESRV: lost'
-    source: "our own server"
-cause: "A cause with <u>markup</u>."
-fix:
-  - "Do <em>this</em>."
-"""
-
-
 @pytest.fixture(scope="module")
 def hostile_site(tmp_path_factory) -> Path:
-    """A site built with a user KB entry whose title and group are HTML."""
-    needs_mkdocs()
-    kb_dir = tmp_path_factory.mktemp("hostile-kb")
-    (kb_dir / "9001-hostile-title.yaml").write_text(HOSTILE_ENTRY, encoding="utf-8")
-    out = tmp_path_factory.mktemp("hostile-site")
-    proc = errmap("docs", "build", "--kb", str(kb_dir), "--out", str(out), timeout=300)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    return out
+    return docs_site.hostile_site(tmp_path_factory)
 
 
 def test_nav_titles_are_escaped(kb):

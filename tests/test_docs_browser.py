@@ -5,6 +5,7 @@ Screenshots of the 1012 page and of a search go to artifacts/ at a laptop and a 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, errmap
+from conftest import ROOT
+from docs_site import HOSTILE_TITLE, hostile_site
 from errmap.explain import SECTIONS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -40,35 +42,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-# A user KB entry whose title and group are HTML: the site must show them as text.
-HOSTILE_ENTRY = """\
-errno: 9001
-slug: hostile-title
-title: "</title><script>window.pwned = 1</script> <b>bold</b> & co"
-group: "<img src=x onerror=\\"window.pwned = 2\\"> In-house"
-role: root
-summary: "A summary with <i>markup</i> in it."
-anchors:
-  - literal: "HOSTILESRV: shard lost"
-    regex: 'HOSTILESRV: shard lost'
-    source: "our own server"
-cause: "A cause with <u>markup</u>."
-fix:
-  - "Do <em>this</em>."
-"""
-HOSTILE_TITLE = "9001 · </title><script>window.pwned = 1</script> <b>bold</b> & co"
-
-
 @pytest.fixture(scope="module")
 def site_dir(tmp_path_factory) -> Path:
-    pytest.importorskip("mkdocs")
-    pytest.importorskip("material")
-    kb_dir = tmp_path_factory.mktemp("user-kb")
-    (kb_dir / "9001-hostile-title.yaml").write_text(HOSTILE_ENTRY, encoding="utf-8")
-    site = tmp_path_factory.mktemp("site")
-    proc = errmap("docs", "build", "--kb", str(kb_dir), "--out", str(site), timeout=300)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    return site
+    return hostile_site(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +78,10 @@ def outside():
     return []
 
 
-def open_page(browser, base_url: str, outside: list, viewport: dict):
+@contextlib.contextmanager
+def viewing(browser, base_url: str, outside: list, viewport: dict):
+    """A page in a browser context of its own that loads nothing but the site: a request elsewhere
+    is blocked and recorded in `outside`, and when the page is done there must be none."""
     context = browser.new_context(viewport=viewport, device_scale_factor=1, service_workers="block")
     host = base_url + "/"
 
@@ -114,7 +93,11 @@ def open_page(browser, base_url: str, outside: list, viewport: dict):
             r.abort()
 
     context.route("**/*", route)
-    return context, context.new_page()
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+    assert not outside, outside
 
 
 def search(page, words: str) -> list[str]:
@@ -145,61 +128,55 @@ def kb_count() -> int:
 
 
 def test_index_lists_every_code(browser, base_url, outside):
-    context, page = open_page(browser, base_url, outside, LAPTOP)
-    page.goto(base_url + "/errno/")
-    rows = page.locator("article table tbody tr")
-    assert rows.count() == kb_count()
-    codes = [rows.nth(i).locator("td").first.inner_text().strip() for i in range(rows.count())]
-    assert codes == sorted(codes) and all(re.fullmatch(r"\d{4}", c) for c in codes) and codes[-1] == "9001"
-    first = rows.first.locator("a").first
-    href = first.get_attribute("href")
-    first.click()
-    page.wait_for_load_state()
-    assert page.url.endswith(href) and page.locator("h1").inner_text().startswith(codes[0])
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, LAPTOP) as page:
+        page.goto(base_url + "/errno/")
+        rows = page.locator("article table tbody tr")
+        assert rows.count() == kb_count()
+        codes = [rows.nth(i).locator("td").first.inner_text().strip() for i in range(rows.count())]
+        assert codes == sorted(codes) and all(re.fullmatch(r"\d{4}", c) for c in codes) and codes[-1] == "9001"
+        first = rows.first.locator("a").first
+        href = first.get_attribute("href")
+        first.click()
+        page.wait_for_load_state()
+        assert page.url.endswith(href) and page.locator("h1").inner_text().startswith(codes[0])
 
 
 @pytest.mark.parametrize("name,viewport", [("laptop", LAPTOP), ("phone", PHONE)])
 def test_1012_page_shows_its_sections(browser, base_url, outside, name, viewport):
-    context, page = open_page(browser, base_url, outside, viewport)
-    page.goto(base_url + "/errno/1012/")
-    assert page.locator("h1").inner_text().startswith("1012 · ")
-    titles = [t.strip().rstrip("¶").strip() for t in page.locator("article h2").all_inner_texts()]
-    assert titles == list(SECTIONS)
-    # What the reader came for starts on the first screen, even on a phone.
-    assert page.locator("article h2#how-to-fix").bounding_box()["y"] < viewport["height"]
-    from errmap import kb as kbmod
+    with viewing(browser, base_url, outside, viewport) as page:
+        page.goto(base_url + "/errno/1012/")
+        assert page.locator("h1").inner_text().startswith("1012 · ")
+        titles = [t.strip().rstrip("¶").strip() for t in page.locator("article h2").all_inner_texts()]
+        assert titles == list(SECTIONS)
+        # What the reader came for starts on the first screen, even on a phone.
+        assert page.locator("article h2#how-to-fix").bounding_box()["y"] < viewport["height"]
+        from errmap import kb as kbmod
 
-    entry = kbmod.load().get(1012)
-    fix = page.locator("article h2#how-to-fix + ol > li")
-    assert fix.count() == len(entry.fix)
-    assert fix.locator("code").count() >= 1  # config keys show as code
-    for link in entry.links:
-        assert page.locator(f'article a[href="{link.url}"]').count() == 1
-    log = page.locator(".errmap-log mark.errmap-hit")
-    if log.count():
-        assert "Hardware limit" in log.inner_text()
-    # Readable at this width: nothing makes the page scroll sideways.
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
-    shot(page, f"errno-1012-{name}")
-    shot(page, f"errno-1012-{name}-full", full_page=True)
-    context.close()
-    assert not outside
+        entry = kbmod.load().get(1012)
+        fix = page.locator("article h2#how-to-fix + ol > li")
+        assert fix.count() == len(entry.fix)
+        assert fix.locator("code").count() >= 1  # config keys show as code
+        for link in entry.links:
+            assert page.locator(f'article a[href="{link.url}"]').count() == 1
+        log = page.locator(".errmap-log mark.errmap-hit")
+        if log.count():
+            assert "Hardware limit" in log.inner_text()
+        # Readable at this width: nothing makes the page scroll sideways.
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        shot(page, f"errno-1012-{name}")
+        shot(page, f"errno-1012-{name}-full", full_page=True)
 
 
 @pytest.mark.parametrize("name,viewport", [("laptop", LAPTOP), ("phone", PHONE)])
 def test_search_shared_memory_finds_1012(browser, base_url, outside, name, viewport):
-    context, page = open_page(browser, base_url, outside, viewport)
-    page.goto(base_url + "/")
-    hrefs = search(page, "shared memory")
-    assert any("errno/1012/index.html" in h for h in hrefs), hrefs
-    shot(page, f"search-shared-memory-{name}")
-    page.locator(".md-search-result__link").first.click()
-    page.wait_for_load_state()
-    assert "/errno/1012/" in page.url
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, viewport) as page:
+        page.goto(base_url + "/")
+        hrefs = search(page, "shared memory")
+        assert any("errno/1012/index.html" in h for h in hrefs), hrefs
+        shot(page, f"search-shared-memory-{name}")
+        page.locator(".md-search-result__link").first.click()
+        page.wait_for_load_state()
+        assert "/errno/1012/" in page.url
 
 
 def _codes_with(phrase: str) -> set[int]:
@@ -217,59 +194,53 @@ def test_search_finds_a_page_from_words_of_a_log(browser, base_url, outside, phr
     codes = _codes_with(phrase)
     if not codes:
         pytest.skip(f"no KB entry holds {phrase!r} yet")
-    context, page = open_page(browser, base_url, outside, LAPTOP)
-    page.goto(base_url + "/")
-    search(page, phrase)
-    # The pages of the first screen of results (Material lists ten and loads more on scroll).
-    first = [item.locator("a").first.get_attribute("href") or "" for item in page.locator("li.md-search-result__item").all()]
-    pages = [int(m[1]) for h in first[:10] if (m := re.search(r"errno/(\d+)/index\.html", h))]
-    assert set(pages) & codes, (phrase, pages)
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, LAPTOP) as page:
+        page.goto(base_url + "/")
+        search(page, phrase)
+        # The pages of the first screen of results (Material lists ten and loads more on scroll).
+        first = [item.locator("a").first.get_attribute("href") or "" for item in page.locator("li.md-search-result__item").all()]
+        pages = [int(m[1]) for h in first[:10] if (m := re.search(r"errno/(\d+)/index\.html", h))]
+        assert set(pages) & codes, (phrase, pages)
 
 
 @pytest.mark.parametrize("site", ["", "/zh"])
 def test_every_page_fits_a_phone_width(browser, base_url, outside, site):
     """No page of either site scrolls sideways at 390 px, nor hides part of a line in a box that does."""
-    context, page = open_page(browser, base_url, outside, PHONE)
-    paths = ["/", "/errno/", "/p40-verl-gsm8k.html"] + [f"/errno/{f.name.split('-', 1)[0]}/" for f in sorted((ROOT / "kb").glob("[0-9]*.yaml"))]
-    paths = [site + p for p in paths]
-    wide = {}
-    for path in paths:
-        page.goto(base_url + path)
-        if page.evaluate("document.documentElement.scrollWidth") > PHONE["width"] + 1:
-            wide[path] = "page"
-        boxes = page.evaluate("""Array.from(document.querySelectorAll('article .errmap-log, article li, article p'))
-            .filter(e => e.scrollWidth > e.clientWidth + 2 && getComputedStyle(e).overflowX !== 'visible').length""")
-        if boxes:
-            wide[path] = f"{boxes} boxes"
-    context.close()
+    with viewing(browser, base_url, outside, PHONE) as page:
+        paths = ["/", "/errno/", "/p40-verl-gsm8k.html"] + [f"/errno/{f.name.split('-', 1)[0]}/" for f in sorted((ROOT / "kb").glob("[0-9]*.yaml"))]
+        paths = [site + p for p in paths]
+        wide = {}
+        for path in paths:
+            page.goto(base_url + path)
+            if page.evaluate("document.documentElement.scrollWidth") > PHONE["width"] + 1:
+                wide[path] = "page"
+            boxes = page.evaluate("""Array.from(document.querySelectorAll('article .errmap-log, article li, article p'))
+                .filter(e => e.scrollWidth > e.clientWidth + 2 && getComputedStyle(e).overflowX !== 'visible').length""")
+            if boxes:
+                wide[path] = f"{boxes} boxes"
     assert not wide, wide
-    assert not outside
 
 
 def test_a_kb_title_and_group_show_as_text(browser, base_url, outside):
     """A user entry's HTML title and group: text in the menu, the header, <title> and the page; nothing runs."""
-    context, page = open_page(browser, base_url, outside, LAPTOP)
-    for path in ("/", "/errno/1012/", "/errno/9001/"):
-        page.goto(base_url + path)
-        page.wait_for_load_state("load")
-        assert page.evaluate("window.pwned") is None, path
-        # textContent: the link may be hidden inside a closed section of the menu.
-        links = page.evaluate("""Array.from(document.querySelectorAll('nav.md-nav a'))
-            .map(a => a.textContent.trim().replace(/\\s+/g, ' ')).filter(t => t.startsWith('9001'))""")
-        assert links and set(links) == {HOSTILE_TITLE}, (path, links)
-        assert page.locator("nav.md-nav b, nav.md-nav img, article b, article img").count() == 0, path
-        assert "<img src=x" in page.locator("nav.md-nav").first.text_content(), path
-    assert page.title() == HOSTILE_TITLE + " - errmap"
-    assert page.locator("h1").inner_text().rstrip("¶").strip() == HOSTILE_TITLE
-    assert page.locator(".md-header__topic").last.inner_text().strip() == HOSTILE_TITLE
-    hrefs = search(page, "HOSTILESRV shard lost")
-    assert "9001/index.html" in hrefs[0], hrefs
-    first = page.locator(".md-search-result__item").first
-    assert HOSTILE_TITLE in first.inner_text() and page.evaluate("window.pwned") is None
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, LAPTOP) as page:
+        for path in ("/", "/errno/1012/", "/errno/9001/"):
+            page.goto(base_url + path)
+            page.wait_for_load_state("load")
+            assert page.evaluate("window.pwned") is None, path
+            # textContent: the link may be hidden inside a closed section of the menu.
+            links = page.evaluate("""Array.from(document.querySelectorAll('nav.md-nav a'))
+                .map(a => a.textContent.trim().replace(/\\s+/g, ' ')).filter(t => t.startsWith('9001'))""")
+            assert links and set(links) == {HOSTILE_TITLE}, (path, links)
+            assert page.locator("nav.md-nav b, nav.md-nav img, article b, article img").count() == 0, path
+            assert "<img src=x" in page.locator("nav.md-nav").first.text_content(), path
+        assert page.title() == HOSTILE_TITLE + " - errmap"
+        assert page.locator("h1").inner_text().rstrip("¶").strip() == HOSTILE_TITLE
+        assert page.locator(".md-header__topic").last.inner_text().strip() == HOSTILE_TITLE
+        hrefs = search(page, "HOSTILESRV shard lost")
+        assert "9001/index.html" in hrefs[0], hrefs
+        first = page.locator(".md-search-result__item").first
+        assert HOSTILE_TITLE in first.inner_text() and page.evaluate("window.pwned") is None
 
 
 def test_a_page_from_the_file_system_says_search_needs_serve(browser, site_dir):
@@ -283,10 +254,9 @@ def test_a_page_from_the_file_system_says_search_needs_serve(browser, site_dir):
 
 
 def test_served_pages_carry_no_file_system_note(browser, base_url, outside):
-    context, page = open_page(browser, base_url, outside, LAPTOP)
-    page.goto(base_url + "/")
-    assert page.locator(".errmap-no-search").count() == 0
-    context.close()
+    with viewing(browser, base_url, outside, LAPTOP) as page:
+        page.goto(base_url + "/")
+        assert page.locator(".errmap-no-search").count() == 0
 
 
 def _first_page(page, words: str) -> int | None:
@@ -305,16 +275,14 @@ def _first_page(page, words: str) -> int | None:
 
 
 def _misses(browser, base_url, outside, queries: list[tuple[str, int]], home: str = "/") -> dict:
-    context, page = open_page(browser, base_url, outside, LAPTOP)
-    page.goto(base_url + home)
-    page.locator(".md-search__input").click()
-    wrong = {}
-    for words, errno in queries:
-        got = _first_page(page, words)
-        if got != errno:
-            wrong[words] = (errno, got)
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, LAPTOP) as page:
+        page.goto(base_url + home)
+        page.locator(".md-search__input").click()
+        wrong = {}
+        for words, errno in queries:
+            got = _first_page(page, words)
+            if got != errno:
+                wrong[words] = (errno, got)
     return wrong
 
 

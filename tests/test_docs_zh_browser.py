@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_docs_browser import LAPTOP, PHONE, _misses, base_url, browser, open_page, outside, search, shot, site_dir  # noqa: F401
+from test_docs_browser import LAPTOP, PHONE, _misses, base_url, browser, outside, search, shot, site_dir, viewing  # noqa: F401
 from errmap.i18n import _, set_language
 from errmap.explain import SECTIONS
 
@@ -20,43 +20,37 @@ def _zh_sections() -> list[str]:
 
 @pytest.mark.parametrize("name,viewport", [("laptop", LAPTOP), ("phone", PHONE)])
 def test_1012_page_in_chinese_and_the_switch(browser, base_url, outside, name, viewport):
-    context, page = open_page(browser, base_url, outside, viewport)
-    page.goto(base_url + "/zh/errno/1012/index.html")
-    assert page.locator("h1").inner_text().startswith("1012 · Triton kernel 所需共享内存超过 GPU 上限")
-    titles = [t.strip().rstrip("¶").strip() for t in page.locator("article h2").all_inner_texts()]
-    assert titles == _zh_sections()
-    assert page.locator("article code", has_text="actor_rollout_ref.actor.use_torch_compile=False").count() >= 1
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
-    shot(page, f"zh-errno-1012-{name}")
-    english = page.locator('a.md-select__link[hreflang="en"]').get_attribute("href")
-    page.goto(page.url.rsplit("/", 1)[0] + "/" + english)
-    assert "/zh/" not in page.url and page.url.endswith("/errno/1012/index.html")
-    assert page.locator("h1").inner_text().startswith("1012 · Triton kernel needs more shared memory")
-    chinese = page.locator('a.md-select__link[hreflang="zh"]').get_attribute("href")
-    page.goto(page.url.rsplit("/", 1)[0] + "/" + chinese)
-    assert page.url.endswith("/zh/errno/1012/index.html")
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, viewport) as page:
+        page.goto(base_url + "/zh/errno/1012/index.html")
+        assert page.locator("h1").inner_text().startswith("1012 · Triton kernel 所需共享内存超过 GPU 上限")
+        titles = [t.strip().rstrip("¶").strip() for t in page.locator("article h2").all_inner_texts()]
+        assert titles == _zh_sections()
+        assert page.locator("article code", has_text="actor_rollout_ref.actor.use_torch_compile=False").count() >= 1
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        shot(page, f"zh-errno-1012-{name}")
+        english = page.locator('a.md-select__link[hreflang="en"]').get_attribute("href")
+        page.goto(page.url.rsplit("/", 1)[0] + "/" + english)
+        assert "/zh/" not in page.url and page.url.endswith("/errno/1012/index.html")
+        assert page.locator("h1").inner_text().startswith("1012 · Triton kernel needs more shared memory")
+        chinese = page.locator('a.md-select__link[hreflang="zh"]').get_attribute("href")
+        page.goto(page.url.rsplit("/", 1)[0] + "/" + chinese)
+        assert page.url.endswith("/zh/errno/1012/index.html")
 
 
 @pytest.mark.parametrize("words,errno", [("共享内存", 1012), ("显存不足", 1017)])
 def test_chinese_search_finds_its_page_first(browser, base_url, outside, words, errno):
-    context, page = open_page(browser, base_url, outside, PHONE)
-    page.goto(base_url + "/zh/index.html")
-    hrefs = search(page, words)
-    assert f"errno/{errno}/index.html" in hrefs[0], hrefs[:5]
-    shot(page, f"zh-search-{errno}-phone")
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, PHONE) as page:
+        page.goto(base_url + "/zh/index.html")
+        hrefs = search(page, words)
+        assert f"errno/{errno}/index.html" in hrefs[0], hrefs[:5]
+        shot(page, f"zh-search-{errno}-phone")
 
 
 def test_pasted_english_message_still_finds_1012_on_the_chinese_site(browser, base_url, outside):
-    context, page = open_page(browser, base_url, outside, LAPTOP)
-    page.goto(base_url + "/zh/index.html")
-    hrefs = search(page, "out of resource: shared memory")
-    assert "errno/1012/index.html" in hrefs[0], hrefs[:5]
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, LAPTOP) as page:
+        page.goto(base_url + "/zh/index.html")
+        hrefs = search(page, "out of resource: shared memory")
+        assert "errno/1012/index.html" in hrefs[0], hrefs[:5]
 
 
 def test_every_codes_first_message_finds_its_page_first_on_the_chinese_site(browser, base_url, outside):
@@ -68,34 +62,30 @@ def test_every_codes_first_message_finds_its_page_first_on_the_chinese_site(brow
 
 
 def test_p40_page_fits_a_phone(browser, base_url, outside):
-    context, page = open_page(browser, base_url, outside, PHONE)
-    page.goto(base_url + "/zh/p40-verl-gsm8k.html")
-    assert "P40" in page.locator("h1").inner_text()
-    assert page.locator("article table code", has_text="data_source").count() == 1
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
-    shot(page, "zh-p40-phone", full_page=True)
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, PHONE) as page:
+        page.goto(base_url + "/zh/p40-verl-gsm8k.html")
+        assert "P40" in page.locator("h1").inner_text()
+        assert page.locator("article table code", has_text="data_source").count() == 1
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        shot(page, "zh-p40-phone", full_page=True)
 
 
 def test_p40_page_in_both_languages_and_the_switch(browser, base_url, outside):
     """The walk-through is in the English navigation, and the switch goes to the same page both ways."""
-    context, page = open_page(browser, base_url, outside, LAPTOP)
-    page.goto(base_url + "/index.html")
-    page.locator('nav.md-nav a[href$="p40-verl-gsm8k.html"]').first.click()
-    page.wait_for_load_state()
-    assert page.url.endswith("/p40-verl-gsm8k.html") and "/zh/" not in page.url
-    assert page.locator("h1").inner_text().startswith("verl PPO on GSM8K on a single Tesla P40")
-    # verl's own layout, not the tutorials' prompt/chosen
-    columns = [c.strip() for c in page.locator("article table tbody tr td:first-child").all_inner_texts()]
-    assert columns == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
-    chinese = page.locator('a.md-select__link[hreflang="zh"]').get_attribute("href")
-    page.goto(page.url.rsplit("/", 1)[0] + "/" + chinese)
-    assert page.url.endswith("/zh/p40-verl-gsm8k.html")
-    assert page.locator("h1").inner_text().startswith("单卡 Tesla P40 上跑 verl PPO")
-    english = page.locator('a.md-select__link[hreflang="en"]').get_attribute("href")
-    page.goto(page.url.rsplit("/", 1)[0] + "/" + english)
-    assert page.url.endswith("/p40-verl-gsm8k.html") and "/zh/" not in page.url
-    assert page.locator("h1").inner_text().startswith("verl PPO on GSM8K")
-    context.close()
-    assert not outside
+    with viewing(browser, base_url, outside, LAPTOP) as page:
+        page.goto(base_url + "/index.html")
+        page.locator('nav.md-nav a[href$="p40-verl-gsm8k.html"]').first.click()
+        page.wait_for_load_state()
+        assert page.url.endswith("/p40-verl-gsm8k.html") and "/zh/" not in page.url
+        assert page.locator("h1").inner_text().startswith("verl PPO on GSM8K on a single Tesla P40")
+        # verl's own layout, not the tutorials' prompt/chosen
+        columns = [c.strip() for c in page.locator("article table tbody tr td:first-child").all_inner_texts()]
+        assert columns == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+        chinese = page.locator('a.md-select__link[hreflang="zh"]').get_attribute("href")
+        page.goto(page.url.rsplit("/", 1)[0] + "/" + chinese)
+        assert page.url.endswith("/zh/p40-verl-gsm8k.html")
+        assert page.locator("h1").inner_text().startswith("单卡 Tesla P40 上跑 verl PPO")
+        english = page.locator('a.md-select__link[hreflang="en"]').get_attribute("href")
+        page.goto(page.url.rsplit("/", 1)[0] + "/" + english)
+        assert page.url.endswith("/p40-verl-gsm8k.html") and "/zh/" not in page.url
+        assert page.locator("h1").inner_text().startswith("verl PPO on GSM8K")

@@ -167,5 +167,5 @@ def test_each_run_has_its_own_gpu():
     out = scan_json(P40, RTX3090)
     assert out["gpu"] is None  # two runs: no GPU for the whole report
     assert {d["run"]: d["gpu"]["name"] for d in out["diagnoses"]} == {str(P40): "Tesla P40", str(RTX3090): "NVIDIA GeForce RTX 3090"}
-    text = errmap("scan", str(P40), str(RTX3090)).stdout.decode()
+    text = " ".join(errmap("scan", str(P40), str(RTX3090)).stdout.decode().split())  # a long checkout path wraps
     assert "(verl, Tesla P40, " in text and "(PyTorch / HF Trainer, NVIDIA GeForce RTX 3090, " in text, text

@@ -37,6 +37,20 @@ def entry(folder, errno, slug, literal="user-marker", regex="^user-marker (?P<n>
     (folder / f"{errno}-{slug}.yaml").write_text(ENTRY.format(errno=errno, slug=slug, literal=literal, regex=regex))
 
 
+def kb_folder(tmp_path):
+    """An empty user KB folder."""
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    return kb
+
+
+def failed_check(kb, run=errmap) -> str:
+    """What `errmap kb check` says of a user KB with problems (it exits 1)."""
+    proc = run("kb", "check", "--kb", str(kb))
+    assert proc.returncode == 1, proc.stdout.decode()
+    return proc.stdout.decode()
+
+
 def bounded(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """The CLI with its address space capped at 1.5 GB: an exponential expansion fails, not the machine."""
     def cap():
@@ -49,8 +63,7 @@ def bounded(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def test_billion_laughs_is_refused_with_file_and_line(tmp_path):
-    kb = tmp_path / "kb"
-    kb.mkdir()
+    kb = kb_folder(tmp_path)
     (kb / "9300-laughs.yaml").write_text(LAUGHS)
     entry(kb, 9301, "fine")
     log = tmp_path / "run.log"
@@ -64,8 +77,7 @@ def test_billion_laughs_is_refused_with_file_and_line(tmp_path):
 
 
 def test_recursive_alias_links_and_odd_files_are_problems_not_tracebacks(tmp_path):
-    kb = tmp_path / "kb"
-    kb.mkdir()
+    kb = kb_folder(tmp_path)
     (kb / "9310-loop.yaml").write_text("errno: 9310\nanchors: &x [*x]\n")
     (kb / "9311-dangling.yaml").symlink_to(tmp_path / "nowhere.yaml")
     (kb / "9312-self.yaml").symlink_to(kb / "9312-self.yaml")
@@ -74,9 +86,7 @@ def test_recursive_alias_links_and_odd_files_are_problems_not_tracebacks(tmp_pat
     (kb / "9315-binary.yaml").write_bytes(b"\xff\xfe\x00bad")
     (kb / "9316-deep.yaml").write_text("errno: " + "[" * 20000 + "]" * 20000 + "\n")
     entry(kb, 9317, "fine")
-    proc = bounded("kb", "check", "--kb", str(kb))
-    out = proc.stdout.decode()
-    assert proc.returncode == 1
+    out = failed_check(kb, bounded)
     for name, problem in [("9310-loop", ":2: YAML aliases (*x)"), ("9311-dangling", ":1: cannot read"),
                           ("9312-self", ":1: cannot read"), ("9313-fifo", ":1: not a regular file"),
                           ("9314-huge", ":1: larger than 1024 KB"), ("9315-binary", ":1: cannot read"),
@@ -88,12 +98,9 @@ def test_recursive_alias_links_and_odd_files_are_problems_not_tracebacks(tmp_pat
 
 
 def test_catastrophic_regex_is_found_by_check_and_switched_off_at_run_time(tmp_path):
-    kb = tmp_path / "kb"
-    kb.mkdir()
+    kb = kb_folder(tmp_path)
     entry(kb, 9320, "laughing-regex", literal="cccc", regex="(b|b)+ cccc")
-    proc = errmap("kb", "check", "--kb", str(kb))
-    assert proc.returncode == 1
-    assert "9320-laughing-regex: anchor 1 backtracks catastrophically" in proc.stdout.decode()
+    assert "9320-laughing-regex: anchor 1 backtracks catastrophically" in failed_check(kb)
     log = tmp_path / "run.log"
     log.write_text("".join("b" * (30 + i % 7) + "! cccc\n" for i in range(400)) + "user-marker 1\n")
     entry(kb, 9321, "fine")
@@ -105,11 +112,8 @@ def test_catastrophic_regex_is_found_by_check_and_switched_off_at_run_time(tmp_p
 
 
 def test_quadratic_regex_is_found_by_check(tmp_path):
-    kb = tmp_path / "kb"
-    kb.mkdir()
+    kb = kb_folder(tmp_path)
     # every '>' is a place a message may start, and [^\s:]+ runs to the end of the line from each
     entry(kb, 9330, "quadratic", literal="Zapped", regex="^(?:Zapped|[^\\s:]+: (?P<pid>\\d+) Zapped +(?P<command>\\S.*))$")
-    proc = errmap("kb", "check", "--kb", str(kb))
-    assert proc.returncode == 1
-    out = proc.stdout.decode()  # slow, or past the time-out on a loaded machine: a problem either way
+    out = failed_check(kb)  # slow, or past the time-out on a loaded machine: a problem either way
     assert "9330-quadratic: anchor 1 is slow on adversarial input" in out or "9330-quadratic: anchor 1 backtracks" in out

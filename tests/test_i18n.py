@@ -67,7 +67,7 @@ def test_doctor_in_chinese_from_lang_and_english_unchanged():
     zh = errmap("doctor", "--", "trainer.n_gpus_per_node=8", env=ZH)
     out = zh.stdout.decode()
     assert zh.returncode in (0, 1), zh.stderr.decode()
-    assert out.startswith("环境 （提交 issue 时贴上这一段）")
+    assert out.startswith("环境（提交 issue 时贴上这一段）")
     assert ("条警告：这套配置会遇到的错误码" in out and "errmap explain N 显示每个错误码的原因和修复方法。" in out) or "没有预见到已知的失败" in out
     en = errmap("doctor", "--", "trainer.n_gpus_per_node=8", env={**ZH, "LANG": "C.UTF-8"})
     text = en.stdout.decode()
@@ -153,3 +153,60 @@ def test_catalogue_covers_every_help_text():
     finally:
         i18n.set_language(None)
     assert missing == []
+
+
+def test_doctor_warnings_in_chinese_with_the_same_values():
+    args = ("doctor", "--", "data.max_prompt_length=4096", "data.max_response_length=8192", "trainer.n_gpus_per_node=0")
+    zh = errmap(*args, env={**ZH, "COLUMNS": "200"}, timeout=300)
+    out = " ".join(zh.stdout.decode().split("```")[-1].split())
+    assert zh.returncode == 1, zh.stderr.decode()
+    assert ("actor_rollout_ref.rollout.max_num_batched_tokens=8192（verl 的默认值） 小于序列长度 12288"
+            "（data.max_prompt_length + data.max_response_length = 4096 + 8192）：至少调到 12288") in out
+    assert "is below" not in out and "verl default" not in out
+    en = " ".join(errmap(*args, env={"COLUMNS": "200"}, timeout=300).stdout.decode().split("```")[-1].split())
+    assert "max_num_batched_tokens=8192 (verl default) is below the sequence length 12288" in en and not _han(en)
+    doc = json.loads(errmap("doctor", "--format", "json", "--lang", "zh", *args[1:], timeout=300).stdout)
+    (w,) = [w for w in doc["warnings"] if w["errno"] == 1040]
+    assert "(verl default) is below" in w["says"] and not _han(w["title"])
+    assert w["zh"]["says"].startswith("actor_rollout_ref.rollout.max_num_batched_tokens=8192（verl 的默认值） 小于")
+    assert _han(w["zh"]["title"])
+    plain = json.loads(errmap("doctor", "--format", "json", *args[1:], env=ZH, timeout=300).stdout)
+    assert all("zh" not in w for w in plain["warnings"])  # the locale alone keeps JSON English
+
+
+def test_run_says_how_the_command_ended_in_chinese():
+    zh = errmap("run", "--", "bash", "-c", "echo hi; kill -9 $$", env=ZH)
+    err = "".join(zh.stderr.decode().split())
+    assert zh.returncode == 137 and zh.stdout == b"hi\n"
+    assert "命令失败，退出码137（被SIGKILL终止）；输出中没有已知原因。" in err
+    assert "可能的原因：1021主机内存耗尽" in err and "errmapexplain1021" in err
+    assert "errmap汇总" in err and not any(w in err for w in ("Likely", "failed", "summary", "status"))
+
+
+def test_explain_labels_in_chinese():
+    out = errmap("explain", "1009", "--lang", "zh", env={"COLUMNS": "200"}).stdout.decode()
+    lines = out.splitlines()
+    assert lines[0].endswith("· 根因") and "任何运行" in out and "\n    正则 " in out and "已确认的条件：" in out
+    assert "相关：" in out and "Any run" not in out and "pattern" not in out and "confirmed when" not in out
+    assert "适用于： " not in out and "相关： " not in out and "适用于：" in out  # no space after a full-width colon
+    assert "（仅适用于" in out and "(仅" not in out and "(不" not in out  # a step's GPU condition
+    en = errmap("explain", "1009", env={"COLUMNS": "200"}).stdout.decode()
+    assert en.splitlines()[0].endswith("· root") and "Any run" in en and "confirmed when" in en and not _han(en)
+
+
+def test_chinese_report_uses_full_width_parentheses_and_separators():
+    out = errmap("scan", "--lang", "zh", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
+    lines = out.splitlines()
+    assert lines[0].startswith("1 条诊断（") and lines[0].endswith("；根因在前）") and "; " not in lines[0]
+    assert "（还有 1 步）" in out and "失败（3 次；首次出现于 " in out and "另见知识库中没有的错误（1）" in out
+    en = errmap("scan", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
+    assert en.splitlines()[0].startswith("1 diagnosis (") and "failed (3x; first at " in en
+
+
+def test_catalogue_defines_each_message_once():
+    import collections
+    import re
+
+    po = (i18n.LOCALE_DIR / "zh" / "LC_MESSAGES" / "errmap.po").read_text(encoding="utf-8")
+    ids = re.findall(r'^msgid ((?:".*"\n)+)', po, re.M)  # GNU msgfmt refuses a catalogue with one twice
+    assert [m for m, k in collections.Counter(ids).items() if k > 1] == []

@@ -155,6 +155,16 @@ def test_a_token_wider_than_the_line_runs_past_the_edge_whole():
     assert any(url in line for line in lines)
 
 
+def test_a_token_wider_than_the_indent_allows_moves_left_rather_than_folding():
+    path = "fixtures/1009/verl-vllm-v0-rollout-p40.log"
+    lines = piped("scan", path, cols=80)
+    assert all(cell_len(line) <= 80 for line in lines), [line for line in lines if cell_len(line) > 80]
+    tokens_whole(steps_of(path)[:3], lines, 80)
+    key = "`++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32`,"
+    (line,) = [line for line in lines if key in line]
+    assert line == " " * (80 - len(key)) + key  # as far left as it must go, no further
+
+
 def test_explain_wraps_at_80_with_hanging_indents():
     lines = on_terminal(["explain", "CUDA error: no kernel image is available"], 80, 24)
     from errmap import kb as kbmod

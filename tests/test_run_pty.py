@@ -79,29 +79,28 @@ class Terminal:
         os.close(self.fd)
 
 
-def test_a_prompt_in_a_terminal_gets_its_answer(tmp_path):
-    """A command reading stdin (a login prompt) was stopped in the background for good."""
-    child = "name = input('your name? '); print('hello', name)"
-    t = Terminal([*ERRMAP, "run", "--", PY, "-c", child])
+def answered(argv: list[str], prompt: bytes, answer: bytes, reply: bytes) -> Terminal:
+    """argv on a terminal: its prompt answered, its reply seen, its exit status 0."""
+    t = Terminal(argv)
     try:
-        t.expect(b"your name? ")
-        t.type(b"bob\r")
-        t.expect(b"hello bob")
+        t.expect(prompt)
+        t.type(answer)
+        t.expect(reply)
         assert t.wait() == 0
     finally:
         t.close()
+    return t
+
+
+def test_a_prompt_in_a_terminal_gets_its_answer(tmp_path):
+    """A command reading stdin (a login prompt) was stopped in the background for good."""
+    child = "name = input('your name? '); print('hello', name)"
+    answered([*ERRMAP, "run", "--", PY, "-c", child], b"your name? ", b"bob\r", b"hello bob")
 
 
 def test_getpass_reads_the_terminal_without_echo(tmp_path):
     child = "import getpass; token = getpass.getpass('token: '); print('length', len(token))"
-    t = Terminal([*ERRMAP, "run", "--log", str(tmp_path / "l"), "--", PY, "-c", child])
-    try:
-        t.expect(b"token: ")
-        t.type(b"s3cret\r")
-        t.expect(b"length 6")
-        assert t.wait() == 0
-    finally:
-        t.close()
+    t = answered([*ERRMAP, "run", "--log", str(tmp_path / "l"), "--", PY, "-c", child], b"token: ", b"s3cret\r", b"length 6")
     assert b"s3cret" not in t.seen and b"s3cret" not in (tmp_path / "l").read_bytes()
 
 

@@ -36,3 +36,35 @@ def test_a_missing_file_beside_a_healthy_one(tmp_path):
     text = proc.stdout.decode() + proc.stderr.decode()
     assert proc.returncode == 2 and "No error found" not in text
     assert "1 input could not be read (1 file, 2 lines read)" in text, text
+
+
+def test_a_missing_file_in_chinese(tmp_path):
+    ok = tmp_path / "ok.log"
+    ok.write_text("a\nb\n")
+    proc = errmap("scan", "--lang", "zh", str(tmp_path / "nonexist.log"), str(ok), env={"COLUMNS": "200"})
+    text = proc.stdout.decode()
+    assert proc.returncode == 2 and "nonexist.log：没有那个文件或目录" in text, text
+    assert "没有诊断结果：1 个输入无法读取（已读取 1 个文件，2 行）" in text, text
+    assert not any(w in text for w in ("such", "could not", "read)")), text
+
+
+def test_watch_on_a_terminal_names_whole_commands(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "60", "ERRMAP_LANG": "en"}
+    proc = subprocess.Popen([sys.executable, "-m", "errmap", "watch"], stdin=slave, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    os.close(slave)
+    os.write(master, b"\x04")  # Ctrl-D: the end of what this terminal gives
+    _, err = proc.communicate(timeout=120)
+    os.close(master)
+    lines = err.decode().splitlines()
+    assert proc.returncode == 0 and all(len(line) <= 60 for line in lines), lines
+    for command in ("`python train.py 2>&1 | errmap watch`", "`--follow FILE`", "`errmap run -- CMD`"):
+        assert any(command in line for line in lines), lines
