@@ -24,7 +24,8 @@ WIDTH = 80  # columns of output that is not a terminal, when COLUMNS is not set
 MIN_ROOM = 16  # cells a wrapped line keeps after its indent, however narrow the terminal
 ELLIPSIS = "…"
 
-_UNIT = regex.compile(r"`[^`\n]+`|\s+|\X")  # a code span, a run of white space, one character
+# a code span, a size with its unit ("139.80 GiB"), a run of white space, one character
+_UNIT = regex.compile(r"`[^`\n]+`|\d+(?:\.\d+)? (?:[KMGTP]i?B|bytes)\b|\s+|\X")
 _PLAIN = regex.compile(r"\s+|\X")
 _NO_START = set(",.;:!?)]}%'\"、，。；：！？）》」』】…’”")  # never the first character of a line
 _NO_END = set("([{（《「『【‘“")  # never the last

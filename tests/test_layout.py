@@ -233,3 +233,10 @@ def test_watch_and_run_take_v():
     assert shown(errmap("watch", input=log, env={"COLUMNS": "80"}).stdout) == 3
     assert shown(errmap("watch", "-v", input=log, env={"COLUMNS": "80"}).stdout) > 3
     assert shown(errmap("run", "--verbose", "--", "cat", CASCADE, env={"COLUMNS": "80"}).stderr) > 3
+
+
+def test_a_size_stays_with_its_unit_at_every_width():
+    split = re.compile(r"\d(?:\.\d+)?\n *(?:[KMGTP]i?B|bytes)\b")
+    for cols in range(44, 101, 3):
+        out = "\n".join(piped("scan", "-v", CASCADE, cols=cols))
+        assert "GiB" in out and not split.search(out), cols
