@@ -89,16 +89,15 @@ def _failure_shaped(raw: bytes) -> bool:
 # Where a line's text is more than a part of its bytes' decoding: an SGR code that lost its ESC is removed (`\d`
 # takes any digit) and a quoted `raise X("...")` rewritten (lines.peel). A line where the supersets' database
 # finds this (as the id _REWRITTEN) keeps every anchor whose literal it holds; the escapes and NUL bytes that are
-# removed are removed before the supersets run (`_text`).
+# removed are removed before the supersets run (`_narrow`).
 REWRITTEN = rb"raise |\[[0-9;\x80-\xff]*m"
 _REWRITTEN = _STACK - len(STACK_LITERALS)  # the next free id
 
 
-def _text(raw: bytes) -> bytes:
-    """The bytes of the text that a line's anchors run on, less its prefixes, unless it is rewritten."""
-    if b"\x1b" in raw or b"\xc2" in raw:
-        raw = ANSI.sub(b"", raw)
-    return raw.replace(b"\x00", b"")
+def _raw(line: bytes | bytearray | memoryview) -> bytes:
+    """A line's bytes less its escapes (ESC or C1): stripped per candidate line, as literals sit inside messages."""
+    raw = bytes(line)
+    return ANSI.sub(b"", raw) if b"\x1b" in raw or b"\xc2" in raw else raw
 
 
 def _search(pattern: regex.Pattern[str], text: str, risky: bool) -> regex.Match[str] | None:
@@ -168,6 +167,8 @@ class Matcher:
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
         self.prefilter = build(self.literals)
+        # ids whose lines are recorded (a frame, a traceback header, a stack's or a GPU's name) whatever anchors match
+        self.recorded = {_FRAME, _TRACEBACK, _GPU, *(_STACK - k for k in range(len(STACK_LITERALS)))}
         # stage-one ids that only name a stack: once it is named, nothing more to learn from them
         self.names = {k: _STACKS[_STACK - i] for k, (i, *more) in enumerate(self.targets) if not more and i <= _STACK}
         # The supersets: the database, the id each pattern stands for, and the ids that have one (`gate`).
@@ -385,16 +386,18 @@ class Scanner:
             hits[s] = (e, set(m.targets[pat]))
         # "Error" inside a word or a metric name: no exception line, no decoding
         starts = [s for s in sorted(hits) if hits[s][1] != _GENERIC_ONLY or _failure_shaped(block[s:hits[s][0]])]
-        narrowed = self._narrow(block, starts, hits) if m.supersets is not None else {}
+        raws: dict[int, bytes] = {}  # line start -> its bytes less escapes, for the lines read so far
+        narrowed = self._narrow(block, starts, hits, raws) if m.supersets is not None else {}
         events: list[Event] = []
         pos, lineno = 0, self.lineno
         for s in starts:
             e, ids = hits[s]
+            tried = narrowed.get(s, ids)
+            if self._open is None and ids.isdisjoint(m.recorded) and not any(i >= _GENERIC for i in tried):
+                continue  # nothing to record and no anchor left: not even its line number is needed
             lineno += block.count(b"\n", pos, s)
             pos = s
-            raw = bytes(block[s:e])
-            if b"\x1b" in raw or b"\xc2" in raw:  # escapes (ESC or C1) are stripped per candidate line: cheap, and literals sit inside messages
-                raw = ANSI.sub(b"", raw)
+            raw = raws[s] if s in raws else _raw(block[s:e])
             if _FRAME in ids and (f := FRAME.search(raw)) is not None:
                 # the quoted source line below a frame belongs to it: "path:function  source"
                 nl = block.find(b"\n", e + 1, limit)
@@ -413,7 +416,6 @@ class Scanner:
                 continue  # a frame or a traceback header only: recorded, nothing to match
             if self._open is not None and _failure_shaped(raw):
                 self._open = None  # the traceback's exception line, known or not
-            tried = narrowed.get(s, ids)
             if not any(i >= _GENERIC for i in tried):
                 continue  # no superset matched: no anchor can
             line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
@@ -427,9 +429,12 @@ class Scanner:
             self.lineno = lineno + block.count(b"\n", pos, limit)
         return events
 
-    def _narrow(self, block: bytes, starts: list[int], hits: dict[int, tuple[int, set[int]]]) -> dict[int, set[int]]:
+    def _narrow(self, block: bytes, starts: list[int], hits: dict[int, tuple[int, set[int]]],
+                raws: dict[int, bytes]) -> dict[int, set[int]]:
         """The ids left to try on each line whose text the supersets can read (line start -> ids): those without a
-        superset and those whose superset matches. The lines' texts are joined and matched in one call."""
+        superset and those whose superset matches. The lines' texts (the bytes of the text that their anchors run
+        on, less its prefixes, unless it is rewritten) are joined and matched in one call; their bytes less escapes
+        are kept in `raws`."""
         m = self.matcher
         texts: list[bytes] = []
         keys: list[int] = []
@@ -439,7 +444,8 @@ class Scanner:
             if ids.isdisjoint(m.gate):
                 continue
             narrowed[s] = ids - m.gate
-            texts.append(_text(bytes(block[s:e])))
+            raws[s] = raw = _raw(block[s:e])
+            texts.append(raw.replace(b"\x00", b""))
             keys.append(s)
         if texts:
             ends = list(itertools.accumulate(len(t) + 1 for t in texts))  # where each text's successor starts
