@@ -236,14 +236,20 @@ class Matcher:
         events: list[Event] = []
         seen: set[int] = set()
         known = line.quoted  # a guarded look-alike or a quoted source line is not an unknown failure
+        generic = _GENERIC in candidates and not line.quiet  # whether an unknown failure may be reported here
         for i in sorted(c for c in candidates if c >= 0):
             entry, anchor = self.anchors[i]
             if entry.errno in seen or i in self.off:
                 continue
             risky = entry.errno in USER_RANGE
+            if anchor.guard is not None and not risky and anchor.guard.search(line.text):
+                # The guard is cheaper than the anchor: a line it matches gives no match, and whether the anchor
+                # matches it too (a guarded look-alike) matters only where an unknown failure may be reported.
+                known = known or generic and anchor.compiled.search(line.text) is not None
+                continue
             try:
                 m = _search(anchor.compiled, line.text, risky)
-                if m is not None and anchor.guard is not None and _search(anchor.guard, line.text, risky):
+                if m is not None and risky and anchor.guard is not None and _search(anchor.guard, line.text, risky):
                     known = True
                     continue
             except TimeoutError:
@@ -259,7 +265,7 @@ class Matcher:
                 seen.add(entry.errno)
                 caps = {k: v for k, v in m.groupdict().items() if v is not None}
                 events.append(Match(entry, anchor, line, caps))
-        if not events and not known and _GENERIC in candidates and not line.quiet:
+        if not events and not known and generic:
             g = GENERIC.match(line.text)
             if g is None and " error: " in line.text:
                 g = GPU_ERROR.search(line.text)
