@@ -167,7 +167,8 @@ class Matcher:
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
         self.prefilter = build(self.literals)
-        # ids whose lines are recorded (a frame, a traceback header, a stack's or a GPU's name) whatever anchors match
+        # ids whose lines are recorded (a frame, a traceback header, a stack's or a GPU's name) whatever anchors match:
+        # every stage-one id but the anchors' and GENERIC's, so `ids <= recorded` says that no anchor is left
         self.recorded = {_FRAME, _TRACEBACK, _GPU, *(_STACK - k for k in range(len(STACK_LITERALS)))}
         # stage-one ids that only name a stack: once it is named, nothing more to learn from them
         self.names = {k: _STACKS[_STACK - i] for k, (i, *more) in enumerate(self.targets) if not more and i <= _STACK}
@@ -399,7 +400,7 @@ class Scanner:
         for s in starts:
             e, ids = hits[s]
             tried = narrowed.get(s, ids)
-            if self._open is None and ids.isdisjoint(m.recorded) and not any(i >= _GENERIC for i in tried):
+            if self._open is None and ids.isdisjoint(m.recorded) and tried <= m.recorded:
                 continue  # nothing to record and no anchor left: not even its line number is needed
             lineno += block.count(b"\n", pos, s)
             pos = s
@@ -418,11 +419,11 @@ class Scanner:
             if _GPU in ids and not self._gpu and (name := gpus.named_in(raw)) is not None:
                 self._gpu = True
                 events.append(GpuNamed(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), name))
-            if not any(i >= _GENERIC for i in ids):
+            if ids <= m.recorded:
                 continue  # a frame or a traceback header only: recorded, nothing to match
             if self._open is not None and _failure_shaped(raw):
                 self._open = None  # the traceback's exception line, known or not
-            if not any(i >= _GENERIC for i in tried):
+            if tried <= m.recorded:
                 continue  # no superset matched: no anchor can
             line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
             found = m.match_line(line, tried, self._frames)
