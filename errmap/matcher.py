@@ -380,16 +380,16 @@ class Scanner:
                 hits[s][1].update(m.targets[pat])
                 continue
             lo = e if 0 <= e < stop else 0
-            r = block.rfind(b"\r", lo, stop)
-            s = block.rfind(b"\n", max(lo, r), stop)
-            s = max(s, r) + 1
+            nl = block.rfind(b"\n", lo, stop)  # line breaks first, then a `\r` only after the last: each search stops soon
+            s = max(nl, block.rfind(b"\r", max(lo, nl), stop)) + 1
             if s in hits:
                 e = hits[s][0]
                 hits[s][1].update(m.targets[pat])
                 continue
-            r = block.find(b"\r", stop, limit)
-            e = block.find(b"\n", stop, r if r >= 0 else limit)
-            e = e if e >= 0 else r if r >= 0 else limit
+            e = block.find(b"\n", stop, limit)
+            e = limit if e < 0 else e
+            r = block.find(b"\r", stop, e)
+            e = r if r >= 0 else e
             hits[s] = (e, set(m.targets[pat]))
         # "Error" inside a word or a metric name: no exception line, no decoding
         starts = [s for s in sorted(hits) if hits[s][1] != _GENERIC_ONLY or _failure_shaped(block[s:hits[s][0]])]
