@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import sys
 from bisect import bisect_right
 from collections import deque
@@ -79,11 +80,14 @@ _GENERIC_ONLY = {_GENERIC}
 # "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
 _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
            *(lit.encode() for lit in GENERIC_LITERALS if lit not in ("Error", "Exception")))
+# One search for them all, or a bare type before trailing blanks (those bytes.rstrip takes); the standard library's
+# engine skips to the shapes' first bytes, twice as fast here as a test per shape.
+_SHAPED = re.compile(b"|".join(map(re.escape, _SHAPES)) + rb"|(?:Error|Exception)[ \t\n\r\x0b\x0c]*\Z")
 
 
 def _failure_shaped(raw: bytes) -> bool:
     """A cheap necessary condition for GENERIC: a type followed by ':' or '(', or a bare type at the end."""
-    return any(x in raw for x in _SHAPES) or raw.rstrip().endswith((b"Error", b"Exception"))
+    return _SHAPED.search(raw) is not None
 
 
 # Where a line's text is more than a part of its bytes' decoding: an SGR code that lost its ESC is removed (`\d`
