@@ -376,25 +376,26 @@ class Scanner:
         hits: dict[int, tuple[int, set[int]]] = {}  # line start -> (line end, anchor ids)
         s = e = -1  # the line [s, e) of the previous hit: hits come in order, so each search for a
         # line's bounds starts where the previous line ended (linear on a long line full of hits)
-        names = m.names
+        targets = m.targets
+        named = {pat for pat, stack in m.names.items() if stack in self._stacks}  # literals with nothing more to say
         for pat, stop in m.prefilter.hits(memoryview(block)[:limit]):
-            if pat in names and names[pat] in self._stacks:
+            if pat in named:
                 continue
             if s < stop <= e:
-                hits[s][1].update(m.targets[pat])
+                hits[s][1].update(targets[pat])
                 continue
             lo = e if 0 <= e < stop else 0
             nl = block.rfind(b"\n", lo, stop)  # line breaks first, then a `\r` only after the last: each search stops soon
             s = max(nl, block.rfind(b"\r", max(lo, nl), stop)) + 1
             if s in hits:
                 e = hits[s][0]
-                hits[s][1].update(m.targets[pat])
+                hits[s][1].update(targets[pat])
                 continue
             e = block.find(b"\n", stop, limit)
             e = limit if e < 0 else e
             r = block.find(b"\r", stop, e)
             e = r if r >= 0 else e
-            hits[s] = (e, set(m.targets[pat]))
+            hits[s] = (e, set(targets[pat]))
         # "Error" inside a word or a metric name: no exception line, no decoding
         starts = [s for s in sorted(hits) if hits[s][1] != _GENERIC_ONLY or _failure_shaped(block[s:hits[s][0]])]
         raws: dict[int, bytes] = {}  # line start -> its bytes less escapes, for the lines read so far
