@@ -5,6 +5,7 @@ then its launcher, then the serving engine, then PyTorch itself."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import TypeVar
 
 import regex
@@ -27,6 +28,7 @@ INSTALLED = regex.compile(r"(?=[/\\](?:site|dist)-packages[/\\])")
 LITERALS = {b"actor_rollout_ref.": "verl", b"vLLM API server version": "serving"}
 
 
+@lru_cache(maxsize=4096)  # a traceback's paths recur in every traceback through them
 def in_frame(path: str) -> str | None:
     """The stack of a traceback frame's file path: the innermost of its folders that is a package
     (a checkout's verl/verl/), or the one installed under site-packages (a venv named `verl` is not verl)."""
