@@ -387,6 +387,8 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
     if found.how == "message":
         also = _("; it also matches {others}").format(others=others) if others else ""
         err.print(f"[dim]errmap: {escape(_('the text matches {code}').format(code=f'{e.errno} {e.slug}') + also)}[/]")
+    elif found.how == "start":
+        err.print(f"[dim]errmap: {escape(_('the text is the start of a message of {code}').format(code=f'{e.errno} {e.slug}'))}[/]")
     elif found.how == "words":
         also = _(" (also close: {others})").format(others=others) if others else ""
         err.print(f"[dim]errmap: {escape(_('no message matched; the closest by its words is {code}').format(code=f'{e.errno} {e.slug}') + also)}[/]")

@@ -197,8 +197,25 @@ class Found:
     """What `errmap explain QUERY` found: the entry, how, and the other close codes."""
 
     entry: Entry | None
-    how: str  # "code" (an errno or slug), "message" (the matcher), "words" (closest words), "" (none)
+    how: str  # "code" (an errno or slug), "message" (the matcher), "start" (a message cut short), "words", "" (none)
     others: tuple[Entry, ...] = ()
+
+
+MIN_START = 20  # characters of a message's start that a pasted text must hold to name its entry
+
+
+def start_of_message(query: str, kb: KB) -> Entry | None:
+    """The entry a literal of which begins with the query from one of its words on: a message pasted cut
+    short ("CUDA error: no kernel image is available"), which no anchor matches whole."""
+    words = query.split()
+    for k in range(len(words)):
+        text = " ".join(words[k:])
+        if len(text) < MIN_START:
+            break
+        for e in kb:
+            if any(lit.startswith(text) for a in e.anchors for lit in a.literals):
+                return e
+    return None
 
 
 WORDS_NEEDED = 0.6  # the share of a query's weight an entry's words must hold to be shown as its answer
@@ -243,6 +260,8 @@ def lookup(query: str, kb: KB, matcher) -> Found:
     found = list({inc.entry.errno: inc.entry for inc in triage.ranked()}.values())
     if found:
         return Found(found[0], "message", tuple(found[1:]))
+    if (e := start_of_message(query, kb)) is not None:
+        return Found(e, "start")
     token = query.strip().lower()
     if token and " " not in token:
         near = difflib.get_close_matches(token, [e.slug for e in kb], n=3, cutoff=0.6)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, errmap
-from errmap.explain import find_example, lookup
+from errmap.explain import find_example, lookup, start_of_message
 
 USER_ENTRY = """\
 errno: 9001
@@ -54,6 +54,22 @@ def test_explain_a_pasted_message():
     assert proc.returncode == 0
     assert proc.stdout.decode().startswith("1001 ")
     assert "matches 1001 no-kernel-image" in proc.stderr.decode()
+
+
+def test_explain_a_message_pasted_cut_short(kb):
+    proc = errmap("explain", "CUDA error: no kernel image is available")
+    assert proc.returncode == 0 and proc.stdout.decode().startswith("1001 ")
+    assert "the start of a message of 1001 no-kernel-image" in proc.stderr.decode()
+    # any literal cut after a few words, behind a prefix, names an entry holding a literal that starts so
+    checked = 0
+    for e in kb:
+        for lit in (lit for a in e.anchors for lit in a.literals if len(lit) >= 40):
+            cut = lit[: lit.rfind(" ", 20, 36)] if lit.rfind(" ", 20, 36) > 0 else ""
+            if cut:
+                found = start_of_message("[rank0]: " + cut, kb)
+                assert found is not None and any(x.startswith(cut) for a in found.anchors for x in a.literals), (e.errno, cut)
+                checked += 1
+    assert checked > 50
 
 
 def test_explain_a_whole_log_line_with_its_prefix():
