@@ -437,6 +437,18 @@ def cache_dir() -> Path:
     ))
 
 
+def write_cache(path: Path, data: bytes) -> bool:
+    """Write a cache file whole or not at all (a reader never sees half of it); False where the home is read-only."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False
+
+
 def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:
     """Where the validated KB of exactly these files is cached; None when there is nowhere to put it."""
     base = cache_dir()
@@ -503,15 +515,10 @@ def load(extra: list[Path] | None = None) -> KB:
         entries.update(found)
         zh.update(_translations(folder, found, warnings))
     warnings += cross_check(entries)
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"entries": [e.to_dict() for e in entries.values()], "warnings": warnings,
-                                   "zh": {n: asdict(t) for n, t in zh.items()}}))
-        os.replace(tmp, cache)
+    doc = {"entries": [e.to_dict() for e in entries.values()], "warnings": warnings,
+           "zh": {n: asdict(t) for n, t in zh.items()}}
+    if write_cache(cache, json.dumps(doc).encode()):  # a read-only home: run without a cache
         _prune(cache)
-    except OSError:
-        pass  # a read-only home: run without a cache
     return KB(entries, tuple(warnings), zh)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import re
 import sys
 from bisect import bisect_right
@@ -26,7 +25,7 @@ import regex
 
 from errmap import gpus
 from errmap import superset as superset_module
-from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex
+from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex, write_cache
 from errmap.lines import ANSI, PREFIX, Line, peel
 from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
 from errmap.superset import Unsupported, superset
@@ -204,13 +203,7 @@ class Matcher:
             self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
         self.superset_ids = [i for _, i in table]
         self.gate = set(self.superset_ids) - {_REWRITTEN}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(table))
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a read-only home: built each time
+        write_cache(path, json.dumps(table).encode())  # a read-only home: built each time
 
     def _table(self, patterns: list[str], checked: bool) -> list[tuple[str, int]]:
         """(Hyperscan pattern, id) for every pattern with a superset; GENERIC's two patterns stand for one id."""

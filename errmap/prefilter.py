@@ -100,14 +100,9 @@ def _cached(literals: list[bytes]):
 def _store(literals: list[bytes], db) -> None:
     import hyperscan
 
-    path = _db_file(literals)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(hyperscan.dumpb(db))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home: compile each time
+    from errmap.kb import write_cache
+
+    write_cache(_db_file(literals), hyperscan.dumpb(db))  # a read-only home: compile each time
 
 
 class HyperscanError(Exception):

@@ -268,7 +268,7 @@ def _pump(proc: subprocess.Popen, streams: list[_Stream], keys_to: int | None, s
         intr = saved[6][termios.VINTR]  # the terminal's interrupt key, Ctrl-C unless changed
     try:
         while proc.poll() is None:
-            for key, _ in sel.select(None if exit_fd is not None else 0.1):
+            for key, _mask in sel.select(None if exit_fd is not None else 0.1):
                 if key.data == "exit":
                     continue  # the loop condition sees it
                 if key.data == "keys":
@@ -280,15 +280,15 @@ def _pump(proc: subprocess.Popen, streams: list[_Stream], keys_to: int | None, s
                         sel.unregister(0)
                         continue
                     _write_all(keys_to, typed)
-                    for _ in range(typed.count(intr)):
+                    for _hit in range(typed.count(intr)):
                         signals.interrupt(delivered=True)
                     continue
                 if not _read(key.data, record):
                     sel.unregister(key.fd)
         # The command has exited: take what it wrote, not what a process it left behind writes on.
         alive = [s for s in streams if s.fd in sel.get_map()]
-        for _ in range(DRAIN):
-            ready = [key.data for key, _ in sel.select(QUIET) if isinstance(key.data, _Stream)] if alive else []
+        for _round in range(DRAIN):
+            ready = [key.data for key, _mask in sel.select(QUIET) if isinstance(key.data, _Stream)] if alive else []
             if not ready:
                 break
             for s in ready:
