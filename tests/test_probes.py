@@ -363,3 +363,13 @@ def test_a_hung_backend_is_given_up_on_once():
         with pytest.raises(Unknown, match="did not answer"):
             backends._once("test-hang", hang, timeout=0.2)
     assert time.monotonic() - t0 < 1.5 and calls == [1]
+
+
+def test_a_fact_is_shortened_between_words_never_inside_a_path():
+    from errmap.probes.base import short
+
+    path = "/data/" + "x" * 200 + "/train.parquet"
+    assert short({"path": path, "exists": True}) == f"path={path} …"  # the path whole, the rest left off
+    names = ", ".join(f"package{i}" for i in range(40))
+    cut = short(names, 80)
+    assert cut.endswith(" …") and names.startswith(cut[:-2]) and names[len(cut) - 2] == ","

@@ -63,7 +63,20 @@ def short(value: Any, limit: int = 160) -> str:
         text = "none"
     else:
         text = str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(text, limit)
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters between words, never inside one (a path, a version):
+    a first word longer than `limit` is kept whole."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit - 1)
+    if cut <= 0:
+        cut = text.find(" ", limit)
+        if cut < 0:
+            return text
+    return text[:cut].rstrip(",;:") + " …"
 
 
 @dataclass
