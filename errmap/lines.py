@@ -15,15 +15,16 @@ import regex
 # Terminal control sequences (ECMA-48), as bytes of a UTF-8 log: CSI (colours, cursor moves; ESC [
 # or C1 U+009B), control strings (OSC titles and links, DCS, SOS, PM, APC; ESC ] P X ^ _ or their C1
 # forms) up to BEL or ST (or the line's end), every other escape (ESC c resets the terminal, ESC ( 0
-# switches its character set), a lone ESC, and the other C1 controls (U+0080-U+009F).
+# switches its character set), a lone ESC, and the other C1 controls (U+0080-U+009F). No sequence spans a line
+# break, so lines joined with newlines are stripped in one call.
 _SEQUENCES = (
     r"(?:\x1b\[|{c1}\x9b)[0-?]*[ -/]*[@-~]?"
-    r"|(?:\x1b[]PX^_]|{c1}[\x90\x98\x9d-\x9f]).*?(?:\x07|\x1b\\|{c1}\x9c|$)"
+    r"|(?:\x1b[]PX^_]|{c1}[\x90\x98\x9d-\x9f])[^\n]*?(?:\x07|\x1b\\|{c1}\x9c|$)"
     r"|\x1b[ -/]*[0-~]?"
     r"|{c1}[\x80-\x9f]"
 )
-ANSI = regex.compile(_SEQUENCES.format(c1=r"\xc2").encode(), regex.DOTALL)
-_ANSI_TEXT = regex.compile(_SEQUENCES.format(c1=""), regex.DOTALL)
+ANSI = regex.compile(_SEQUENCES.format(c1=r"\xc2").encode(), regex.MULTILINE)
+_ANSI_TEXT = regex.compile(_SEQUENCES.format(c1=""), regex.MULTILINE)
 # What stays of a control character after its sequences are gone: C0 but tab and newline, DEL, C1.
 _CONTROL = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

@@ -79,14 +79,21 @@ _GENERIC_ONLY = {_GENERIC}
 # "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
 _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
            *(lit.encode() for lit in GENERIC_LITERALS if lit not in ("Error", "Exception")))
-# One search for them all, or a bare type before trailing blanks (those bytes.rstrip takes); the standard library's
-# engine skips to the shapes' first bytes, twice as fast here as a test per shape.
-_SHAPED = re.compile(b"|".join(map(re.escape, _SHAPES)) + rb"|(?:Error|Exception)[ \t\n\r\x0b\x0c]*\Z")
+# One search for them all, or a bare type before trailing blanks (those bytes.rstrip takes) at a line's end; the
+# standard library's engine skips to the shapes' first bytes, twice as fast here as a test per shape.
+_SHAPED = re.compile(b"|".join(map(re.escape, _SHAPES)) + rb"|(?:Error|Exception)[ \t\x0b\x0c]*$", re.MULTILINE)
 
 
 def _failure_shaped(raw: bytes) -> bool:
     """A cheap necessary condition for GENERIC: a type followed by ':' or '(', or a bare type at the end."""
     return _SHAPED.search(raw) is not None
+
+
+def _joined(block: bytes | bytearray, spans: list[tuple[int, int]]) -> tuple[bytes, list[int]]:
+    """The lines block[s:e] joined with newlines (none holds one), and where each line's successor starts."""
+    view = memoryview(block)
+    joined = b"\n".join([view[s:e] for s, e in spans])
+    return joined, list(itertools.accumulate(e - s + 1 for s, e in spans))
 
 
 # Where a line's text is more than a part of its bytes' decoding: an SGR code that lost its ESC is removed (`\d`
@@ -169,12 +176,12 @@ class Matcher:
             literals.setdefault(lit, set()).add(_GPU)
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
-        self.prefilter = build(self.literals)
         # ids whose lines are recorded (a frame, a traceback header, a stack's or a GPU's name) whatever anchors match:
         # every stage-one id but the anchors' and GENERIC's, so `ids <= recorded` says that no anchor is left
         self.recorded = {_FRAME, _TRACEBACK, _GPU, *(_STACK - k for k in range(len(STACK_LITERALS)))}
-        # stage-one ids that only name a stack: once it is named, nothing more to learn from them
+        # stage-one literals that only name a stack: the first in a block names it, those after have nothing to say
         self.names = {k: _STACKS[_STACK - i] for k, (i, *more) in enumerate(self.targets) if not more and i <= _STACK}
+        self.prefilter = build(self.literals, once=frozenset(self.names))
         # The supersets: the database, the id each pattern stands for, and the ids that have one (`gate`).
         self.supersets: Hyperscan | None = None
         self.superset_ids: list[int] = []
@@ -441,20 +448,22 @@ class Scanner:
         on, less its prefixes, unless it is rewritten) are joined and matched in one call; their bytes less escapes
         are kept in `raws`."""
         m = self.matcher
-        texts: list[bytes] = []
-        keys: list[int] = []
-        narrowed: dict[int, set[int]] = {}
-        for s in starts:
-            e, ids = hits[s]
-            if ids.isdisjoint(m.gate):
-                continue
-            narrowed[s] = ids - m.gate
-            raws[s] = raw = _raw(block[s:e])
-            texts.append(raw.replace(b"\x00", b""))
-            keys.append(s)
-        if texts:
-            ends = list(itertools.accumulate(len(t) + 1 for t in texts))  # where each text's successor starts
-            for k, stop in m.supersets.hits(b"\n".join(texts)):  # no superset matches a line break
+        gate = m.gate
+        keys = [s for s in starts if not hits[s][1].isdisjoint(gate)]
+        narrowed = {s: hits[s][1] - gate for s in keys}
+        if keys:
+            joined, ends = _joined(block, [(s, hits[s][0]) for s in keys])
+            lines = None
+            if b"\x1b" in joined or b"\xc2" in joined:  # no escape spans a line break: one call strips them all
+                joined = ANSI.sub(b"", joined)
+                lines = joined.split(b"\n")
+            raws.update(zip(keys, lines or joined.split(b"\n")))
+            if b"\x00" in joined:
+                lines = [t.replace(b"\x00", b"") for t in joined.split(b"\n")]
+                joined = b"\n".join(lines)
+            if lines is not None:  # the lines' lengths changed
+                ends = list(itertools.accumulate(len(t) + 1 for t in lines))
+            for k, stop in m.supersets.hits(joined):  # no superset matches a line break
                 s = keys[bisect_right(ends, stop - 1)]
                 if (i := m.superset_ids[k]) == _REWRITTEN:
                     narrowed[s] |= hits[s][1]

@@ -49,17 +49,19 @@ class Substrings:
 class Hyperscan:
     name = "hyperscan"
 
-    def __init__(self, literals: list[bytes], literal: bool = True):
-        """`literals` are plain strings, or Hyperscan patterns where `literal` is False."""
+    def __init__(self, literals: list[bytes], literal: bool = True, once: frozenset[int] = frozenset()):
+        """`literals` are plain strings, or Hyperscan patterns where `literal` is False; those at the indexes in
+        `once` are reported at their first end in each block only."""
         import hyperscan
 
-        key = literals if literal else [b"regex", *literals]
+        flags = [hyperscan.HS_FLAG_SINGLEMATCH if i in once else 0 for i in range(len(literals))]
+        key = [b"regex" if not literal else b"literal", repr(sorted(once)).encode(), *literals]
         self._db = _cached(key)
         if self._db is None:
             self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
             try:
                 self._db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals),
-                                 flags=0, literal=literal)
+                                 flags=flags, literal=literal)
             except hyperscan.HyperscanError as exc:
                 raise HyperscanError(str(exc)) from None
             _store(key, self._db)
@@ -133,14 +135,15 @@ def patterns_wanted() -> bool:
     return choice() == "hyperscan" or choice() == "auto" and find_spec("hyperscan") is not None
 
 
-def build(literals: list[bytes]) -> AhoCorasick | Hyperscan | Substrings:
-    """The literal engine: ERRMAP_PREFILTER=hyperscan-literals, =ahocorasick or =none pick one."""
+def build(literals: list[bytes], once: frozenset[int] = frozenset()) -> AhoCorasick | Hyperscan | Substrings:
+    """The literal engine: ERRMAP_PREFILTER=hyperscan-literals, =ahocorasick or =none pick one. The literals at the
+    indexes in `once` need only their first hit in a block: Hyperscan reports no more (the others report all)."""
     chosen = choice()
     if chosen == "none":
         return Substrings(literals)
     if chosen in ("auto", "hyperscan", "hyperscan-literals"):
         try:
-            return Hyperscan(literals)
+            return Hyperscan(literals, once=once)
         except ImportError:
             if chosen != "auto":
                 raise

@@ -80,3 +80,12 @@ def test_watch_on_a_pty_prints_no_escape_from_the_log(tmp_path):
     assert b"CUDA out of memory" in out
     own = regex.sub(rb"\x1b\[[0-9;]*m", b"", out)  # rich's own colours (SGR) are all it may send
     assert not regex.search(rb"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]", own), own
+
+
+def test_an_unterminated_control_string_ends_at_its_line():
+    from errmap.lines import ANSI, printable
+
+    # an OSC title that a killed process never closed takes the rest of its line, not the lines after it
+    data = b"step 1 \x1b]0;training\nValueError: bad shard\n\x1b[31mred\x1b[0m\n"
+    assert ANSI.sub(b"", data) == b"step 1 \nValueError: bad shard\nred\n"
+    assert printable(data.decode()) == "step 1 \nValueError: bad shard\nred\n"

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from importlib.resources import files
 from pathlib import Path
 

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from conftest import ROOT
 

@@ -9,7 +9,6 @@ import os
 import sys
 
 import pytest
-import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
