@@ -273,10 +273,11 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     def confirms() -> list[str]:
         probes, checks = probe_lines(e)
         if not probes:
-            return ["No probe: the message in the log decides alone.", ""]
-        out = ["`errmap scan --probe` reads these facts from the machine the run failed on:", ""]
-        out += [f"- {_code(name)}: {text(what)}" for name, what in probes] + [""]
-        return out + [f"- **{verdict}** when {prose(says)}" for verdict, says in checks] + ([""] if checks else [])
+            return [_("No probe: the message in the log decides alone."), ""]
+        out = [_("`errmap scan --probe` reads these facts from the machine the run failed on:"), ""]
+        out += [f"- {_code(name)}: {text(_(what))}" for name, what in probes] + [""]
+        return out + [f"- {_('{verdict} when').format(verdict=f'**{_(verdict)}**')} {prose(says)}"
+                      for verdict, says in checks] + ([""] if checks else [])
 
     def doctor() -> list[str]:
         rules = doctor_lines(e)

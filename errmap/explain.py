@@ -334,7 +334,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         if not probes:
             con.print(f"  [dim]{_('No probe: the message in the log decides alone.')}[/]")
         for name, what in probes:
-            block(con, f"  [cyan]{name}[/]: ", escape(what))
+            block(con, f"  [cyan]{name}[/]: ", escape(_(what)))
         for verdict, says in checks:
             block(con, f"  [dim]{lead(_('{verdict} when').format(verdict=_(verdict)))}[/]", escape(says))
 

@@ -210,3 +210,26 @@ def test_catalogue_defines_each_message_once():
     po = (i18n.LOCALE_DIR / "zh" / "LC_MESSAGES" / "errmap.po").read_text(encoding="utf-8")
     ids = re.findall(r'^msgid ((?:".*"\n)+)', po, re.M)  # GNU msgfmt refuses a catalogue with one twice
     assert [m for m, k in collections.Counter(ids).items() if k > 1] == []
+
+
+def test_what_each_probe_reads_is_said_in_chinese_in_explain_and_on_the_site():
+    from pathlib import Path
+
+    from errmap import docs
+    from errmap.matcher import Matcher
+    from errmap.probes import PROBES
+
+    i18n.set_language("zh")
+    try:
+        assert [d for d in PROBES.values() if not _han(i18n._(d))] == []  # a new probe needs its Chinese text
+        kb = docs.load_kb(ROOT, "zh")
+        page = docs.errno_page(kb.get(1012), kb, Matcher(kb), ROOT / "fixtures")
+    finally:
+        i18n.set_language(None)
+    confirms = page.split("## errmap 如何确认")[1].split("\n## ")[0]
+    assert "reads these facts" not in confirms and " when " not in confirms and "in bytes" not in confirms
+    assert "**已确认**的条件：" in confirms and "共享内存" in confirms
+    out = errmap("explain", "1012", "--lang", "zh", env={"COLUMNS": "200"}).stdout.decode()
+    assert "gpu.shared_memory: 每块可见 GPU 每个线程块可申请" in out
+    en = errmap("explain", "1012", env={"COLUMNS": "200"}).stdout.decode()
+    assert "gpu.shared_memory: opt-in shared memory per block of each visible GPU, in bytes" in en
