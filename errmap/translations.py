@@ -2,10 +2,10 @@
 
 A sidecar gives title, group, summary, cause, fix (one step per English step, in order), optionally
 applies_to, says (one per check), predicts (one per sentence of the entry's predictions: a
-mechanism's cases in order), exits (one per exit cause) and links (one title per link). What the software prints stays in
+mechanism's cases in order), exits (one per exit cause) and links (one title per link, in order). What the software prints stays in
 the English entry: anchors are never translated. `problems` is what `errmap kb check` enforces:
 every entry translated, the same {captures}, the same `code spans` (config keys, commands,
-messages), as many steps, checks and link titles as the English, and kb/glossary.yaml's terms.
+messages), as many steps, checks and link titles as the English (titles checked like the rest), and kb/glossary.yaml's terms.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def problems(entry, text: Text | None, glossary=None) -> list[str]:
     out += [f"{text.file}: no {name}" for name, missing in (
         ("cause", not text.cause), ("fix", not text.fix), ("applies_to", bool(entry.applies_to) and not text.applies_to),
         ("says", bool(entry.checks) and not text.says), ("predicts", bool(entry.predicts) and not text.predicts),
-        ("exits", bool(entry.exits) and not text.exits)) if missing]
+        ("exits", bool(entry.exits) and not text.exits), ("links", bool(entry.links) and not text.links)) if missing]
     pairs = [("summary", entry.summary, text.summary), ("title", entry.title, text.title)]
     if text.cause:
         pairs.append(("cause", entry.cause, text.cause))
@@ -198,6 +198,8 @@ def problems(entry, text: Text | None, glossary=None) -> list[str]:
         pairs += [(f"exits {i}", x.says, zh) for i, (x, zh) in enumerate(zip(entry.exits, text.exits), 1)]
     if text.links and len(text.links) != len(entry.links):
         out.append(f"{text.file}: links has {len(text.links)} titles, the English entry {len(entry.links)} links")
+    elif text.links:
+        pairs += [(f"link {i}", link.title, zh) for i, (link, zh) in enumerate(zip(entry.links, text.links), 1)]
     for field, en, zh in pairs:
         if set(PLACEHOLDER.findall(en)) != set(PLACEHOLDER.findall(zh)):
             out.append(f"{text.file}: {field}: placeholders {sorted(set(PLACEHOLDER.findall(zh)))} differ from the English {sorted(set(PLACEHOLDER.findall(en)))}")

@@ -132,6 +132,13 @@ def test_check_catches_missing_text_placeholders_code_spans_and_glossary():
     found = translations.problems(e, bad, glossary)
     assert any("'分享内存' is not the glossary's term" in p for p in found)
     assert any("use the glossary's '共享内存'" in p for p in found)
+    bad = dataclasses.replace(text, links=text.links[:-1])
+    assert any(f"links has {len(e.links) - 1} titles, the English entry {len(e.links)} links" in p
+               for p in translations.problems(e, bad, glossary))
+    bad = dataclasses.replace(text, links=())
+    assert any(p.endswith(": no links") for p in translations.problems(e, bad, glossary))
+    bad = dataclasses.replace(text, links=(e.links[0].title, *text.links[1:]))  # left in English
+    assert any("link 1: no Chinese in it" in p for p in translations.problems(e, bad, glossary))
 
 
 def test_a_broken_sidecar_names_its_file_and_line(tmp_path):
@@ -231,5 +238,6 @@ def test_what_each_probe_reads_is_said_in_chinese_in_explain_and_on_the_site():
     assert "**已确认**的条件：" in confirms and "共享内存" in confirms
     out = errmap("explain", "1012", "--lang", "zh", env={"COLUMNS": "200"}).stdout.decode()
     assert "gpu.shared_memory: 每块可见 GPU 每个线程块可申请" in out
+    assert "vLLM：为 Pascal 调小 prefix-prefill 的块大小" in out  # the links' titles too
     en = errmap("explain", "1012", env={"COLUMNS": "200"}).stdout.decode()
     assert "gpu.shared_memory: opt-in shared memory per block of each visible GPU, in bytes" in en
