@@ -53,6 +53,9 @@ PREFIX = regex.compile(
     r"|(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] "
     # Ray's C++ logs: "[2023-04-09 07:23:59,445 E 395 395] " (then "(raylet) node_manager.cc:1: ...")
     r"|\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) (?P<glevel>[IWEF]) \d+ \d+\]\s*"
+    # Kubernetes' CRI log files (/var/log/pods, /var/log/containers): "2016-10-06T00:17:09.669794202Z stdout F "
+    # (time, stream, tag P for a partial line or F; kubelet's parseCRILog in pkg/kubelet/kuberuntime/logs/logs.go)
+    r"|(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) std(?:out|err) [FP](?::[\w:]+)? "
     # ISO timestamps, optionally bracketed: "2024-05-09 17:35:49,123 ", "[2024-05-09T17:35:49Z] ",
     # SGLang's "[2025-03-01 10:00:00 TP0] " (parallel ranks after the time), Ray's Python logger's tab
     # ("2026-12-04 01:28:50,236\tWARNING http_server_agent.py:79 -- ", ray_constants.LOGGER_FORMAT)

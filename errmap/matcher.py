@@ -432,7 +432,8 @@ class Scanner:
                 continue  # no superset matched: no anchor can
             line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
             found = m.match_line(line, tried, self._frames)
-            if len(found) == 1 and isinstance(found[0], Unrecognized):
+            if len(found) == 1 and isinstance(found[0], Unrecognized) or not found and line.quiet and not line.quoted \
+                    and _GENERIC in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
                 found = self._continued(block, limit, e, line) or found
             if found:
                 self._open = None

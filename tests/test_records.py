@@ -32,6 +32,8 @@ def codes(matcher, text: str) -> list[int]:
         ("3: ", {"rank": 3}),
         ("Dec 02 10:00:01 node1 python3[4242]: ", {"host": "node1", "pid": 4242, "actor": "python3", "time": "Dec 02 10:00:01"}),
         ("[16:10:33] stdout/INFO  ", {"time": "16:10:33", "level": "INFO"}),
+        ("2016-10-06T00:17:09.669794202Z stdout F ", {"time": "2016-10-06T00:17:09.669794202Z"}),  # CRI log file
+        ("2026-12-04T05:00:00+08:00 stderr P ", {"time": "2026-12-04T05:00:00+08:00"}),
         ("[12-16 14:27:10 TP0] ", {"time": "12-16 14:27:10"}),
         ("[33m", {}),
     ],

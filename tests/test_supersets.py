@@ -135,7 +135,8 @@ PREFIXES = ["", "svc-1  | ", "[pod/trainer-0/main] ", "[rank3]:", "[default1]:",
             "\x1b[36m(TaskRunner pid=9)\x1b[0m ", "[33m", "2024-05-09 17:35:49,123 ", "ERROR 05-09 17:35:49 [engine.py:160] ",
             "[E1202 10:00:00.123456 1234 ProcessGroupNCCL.cpp:616] ", "3: ", "Dec 02 10:00:01 node1 python[123]: ",
             "WARNING:root:", "  ", "\t", "日志: ", "é", "x", "\x00", "\u00a0", "\x1b[1;31m", "raise ValueError(\"",
-            "[2025-03-01 10:00:00 TP0] ", "stderr/INFO  ", "[0/0] ", "\x1b]0;title\x07", "\xc2\x9b"]
+            "[2025-03-01 10:00:00 TP0] ", "stderr/INFO  ", "[0/0] ", "\x1b]0;title\x07", "\xc2\x9b",
+            "2016-10-06T00:17:09.669794202Z stderr F "]
 NOISE = ["", " ", "é", "日本", "\x1b[0m", "[0m", "[1;31m", "\x00", "\r", "  ", "\u212a", "ſ", "\u3000", "٣", "\ufffd",
          ":", "'", '"', ")", "(", "raise ", "\x1b", "\n", " [repeated 7x across cluster]"]
 

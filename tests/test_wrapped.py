@@ -33,7 +33,9 @@ def wrapped_cases(matcher: Matcher) -> list[tuple[int, str]]:
     return cases
 
 
-def test_wrapped_exception_lines_keep_their_code(matcher):
+# every line behind the same prefix: none, a job runner's logger at INFO (a quiet level), Kubernetes' CRI log file
+@pytest.mark.parametrize("prefix", ["", "[16:10:33] stdout/INFO  ", "2016-10-06T00:17:09.669794202Z stderr F "])
+def test_wrapped_exception_lines_keep_their_code(matcher, prefix):
     cases = wrapped_cases(matcher)
     assert len(cases) >= 10  # the property is exercised on many entries, not one
     for errno, text in cases:
@@ -41,7 +43,7 @@ def test_wrapped_exception_lines_keep_their_code(matcher):
         parts = textwrap.wrap(text, width=max(60, len(text) // 4 + 1), break_long_words=False, break_on_hyphens=False)
         if len(parts) > 4:
             continue
-        found = {e.entry.errno for e in scan(matcher, ("\n".join(parts) + "\n").encode()) if isinstance(e, Match)}
+        found = {e.entry.errno for e in scan(matcher, "".join(prefix + p + "\n" for p in parts).encode()) if isinstance(e, Match)}
         assert errno in found, (errno, parts)
 
 
