@@ -61,10 +61,10 @@ PREFIX = regex.compile(
     # ("2026-12-04 01:28:50,236\tWARNING http_server_agent.py:79 -- ", ray_constants.LOGGER_FORMAT)
     r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: [A-Z]{2}\d+)*\]?[ \t|:-]*"
     # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " (before 0.8 without the
-    # "[": "ERROR 12-02 08:41:31 engine.py:135] ") and "WARNING:root:"
+    # "[": "ERROR 12-02 08:41:31 engine.py:135] ") and Python logging's BASIC_FORMAT "WARNING:root:" (no space after it)
     # (a job runner's "stdout/INFO  ")
     r"|(?:std(?:out|err)/)?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
-    r"(?: \[[^\]]*\]| [\w.-]+:\d+\]| [\w.-]+:\d+ --)?(?::[\w.]*:|:| -| \|)?\s+"
+    r"(?: \[[^\]]*\]| [\w.-]+:\d+\]| [\w.-]+:\d+ --)?(?::[\w.]+:\s*|(?::| -| \|)?\s+)"
     # docker compose "svc-1  | ", kubectl --prefix "[pod/trainer-0/main] ", slurm srun -l "3: "
     r"|(?P<host>[\w.-]+) +\| "
     r"|\[?pod/(?P<host>[^/\]\s]+)(?:/[^\]\s]+)?\]? "

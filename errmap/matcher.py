@@ -72,6 +72,8 @@ FRAME_WINDOW = 200  # lines: a frame rule looks this far back for the failure's 
 CONTINUED, CONTINUED_MAX = 3, 2048
 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
+# An exception named after other text: what ends an open traceback behind a prefix no one listed.
+RAISED = regex.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?: (?P<message>.*)$")
 _GENERIC, _FRAME, _TRACEBACK, _GPU = -1, -2, -3, -4
 _STACK = -5  # _STACK - k: the k-th of stack.LITERALS
 _STACKS = list(STACK_LITERALS.values())
@@ -426,15 +428,23 @@ class Scanner:
                 events.append(GpuNamed(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), name))
             if ids <= m.recorded:
                 continue  # a frame or a traceback header only: recorded, nothing to match
+            line, closes = None, False  # whether this is the open traceback's exception line, known or not
             if self._open is not None and _failure_shaped(raw):
-                self._open = None  # the traceback's exception line, known or not
-            if tried <= m.recorded:
+                line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
+                closes = not line.quoted  # a frame's quoted `raise X(` source line is not
+                if closes:
+                    self._open = None
+            if tried <= m.recorded and not closes:
                 continue  # no superset matched: no anchor can
-            line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
+            line = line or peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
             found = m.match_line(line, tried, self._frames)
             if len(found) == 1 and isinstance(found[0], Unrecognized) or not found and line.quiet and not line.quoted \
                     and _GENERIC in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
                 found = self._continued(block, limit, e, line) or found
+            if not found and closes and not line.quiet and not GENERIC.match(line.text) \
+                    and (x := RAISED.search(line.text)) is not None:
+                # behind a prefix nobody listed ("wandb: ", "- root - ERROR - "): the exception its traceback ends in
+                found = [Unrecognized(line, x["type"], x["message"].strip(), x["inner"])]
             if found:
                 self._open = None
             events += found

@@ -33,6 +33,8 @@ def codes(matcher, text: str) -> list[int]:
         ("Dec 02 10:00:01 node1 python3[4242]: ", {"host": "node1", "pid": 4242, "actor": "python3", "time": "Dec 02 10:00:01"}),
         ("[16:10:33] stdout/INFO  ", {"time": "16:10:33", "level": "INFO"}),
         ("2016-10-06T00:17:09.669794202Z stdout F ", {"time": "2016-10-06T00:17:09.669794202Z"}),  # CRI log file
+        ("ERROR:root:", {"level": "ERROR"}),  # Python logging's BASIC_FORMAT "%(levelname)s:%(name)s:%(message)s"
+        ("ERROR:torch.distributed.elastic.multiprocessing.api:", {"level": "ERROR"}),
         ("2026-12-04T05:00:00+08:00 stderr P ", {"time": "2026-12-04T05:00:00+08:00"}),
         ("[12-16 14:27:10 TP0] ", {"time": "12-16 14:27:10"}),
         ("[33m", {}),
@@ -171,3 +173,18 @@ def test_explain_and_docs_show_frame_rules_and_guards(kb, matcher):
 def test_a_gpu_error_no_anchor_knows_is_unrecognized_mid_line(matcher):
     (e,) = events(matcher, "[PG 0 Rank 12] Process group watchdog thread terminated with exception: CUDA error: some new fault\n")
     assert isinstance(e, Unrecognized) and e.type == "CUDA error" and e.message == "some new fault"
+
+
+FRAMES = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    raise ValueError("shard 3 is empty")\n'
+
+
+@pytest.mark.parametrize("prefix", ["wandb: ", "2026-12-04 05:00:00,123 - root - ERROR - ", "> ", "[ERROR|trainer.py:9] x >> "])
+def test_a_traceback_ending_behind_an_unknown_prefix_is_still_a_failure(matcher, prefix):
+    found = [e for e in events(matcher, FRAMES + prefix + "ValueError: shard 3 is empty\n") if isinstance(e, Unrecognized)]
+    assert [(e.type, e.message, e.line.lineno) for e in found] == [("ValueError", "shard 3 is empty", 4)]
+
+
+def test_a_quoted_raise_does_not_end_the_traceback(matcher):
+    # the frame's source line reads like the exception but is not it: a log cut after it is still a failure
+    found = [e for e in events(matcher, FRAMES) if isinstance(e, Unrecognized)]
+    assert [e.message for e in found] == ["the log ends inside a traceback, before its exception line"]
