@@ -60,6 +60,13 @@ PREFIX = regex.compile(
     # SGLang's "[2025-03-01 10:00:00 TP0] " (parallel ranks after the time), Ray's Python logger's tab
     # ("2026-12-04 01:28:50,236\tWARNING http_server_agent.py:79 -- ", ray_constants.LOGGER_FORMAT)
     r"|\[?(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: [A-Z]{2}\d+)*\]?[ \t|:-]*"
+    # Python loggers' "%(asctime)s - %(levelname)s - %(name)s - " (transformers' and accelerate's example scripts, with
+    # datefmt "%m/%d/%Y %H:%M:%S": "12/04/2026 05:00:00 - INFO - __main__ - "), its "%(name)s - %(levelname)s - " order,
+    # and LLaMA-Factory's "[%(levelname)s|%(asctime)s] %(name)s:%(lineno)s >> " (llamafactory/extras/logging.py)
+    r"|(?P<time>\d\d/\d\d/\d{4} \d\d:\d\d:\d\d(?:[.,]\d+)?) - "
+    r"|(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - [\w.<>-]+ - "
+    r"|[\w.<>-]+ - (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+    r"|\[(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\|(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?)\] [\w.<>-]+:\d+ >> "
     # logging levels, vLLM style "ERROR 05-09 17:35:49 [engine.py:160] " (before 0.8 without the
     # "[": "ERROR 12-02 08:41:31 engine.py:135] ") and Python logging's BASIC_FORMAT "WARNING:root:" (no space after it)
     # (a job runner's "stdout/INFO  ")

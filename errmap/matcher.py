@@ -196,7 +196,7 @@ class Matcher:
         (it would match empty; Hyperscan refuses it) runs on every line holding its literal. The table is cached
         beside the KB's, keyed by what it is built from."""
         anchors = [message_regex(a.regex) for _, a in self.anchors] + [GENERIC.pattern, GPU_ERROR.pattern]
-        h = hashlib.sha256(repr(anchors).encode())
+        h = hashlib.sha256(repr((anchors, BEFORE_TEXT)).encode())  # BEFORE_TEXT: the prefixes lines.py peels
         for code in (__file__, superset_module.__file__):
             h.update(Path(code).read_bytes())
         path = cache_dir() / f"supersets-{h.hexdigest()[:24]}.json"

@@ -35,6 +35,10 @@ def codes(matcher, text: str) -> list[int]:
         ("2016-10-06T00:17:09.669794202Z stdout F ", {"time": "2016-10-06T00:17:09.669794202Z"}),  # CRI log file
         ("ERROR:root:", {"level": "ERROR"}),  # Python logging's BASIC_FORMAT "%(levelname)s:%(name)s:%(message)s"
         ("ERROR:torch.distributed.elastic.multiprocessing.api:", {"level": "ERROR"}),
+        # "%(asctime)s - %(levelname)s - %(name)s - " with transformers' example scripts' datefmt, and the other order
+        ("12/04/2026 05:00:00 - ERROR - __main__ - ", {"level": "ERROR", "time": "12/04/2026 05:00:00"}),
+        ("2026-12-04 05:00:00,123 - root - ERROR - ", {"level": "ERROR", "time": "2026-12-04 05:00:00,123"}),
+        ("[ERROR|2026-12-04 05:00:00] llamafactory.train.tuner:51 >> ", {"level": "ERROR", "time": "2026-12-04 05:00:00"}),
         ("2026-12-04T05:00:00+08:00 stderr P ", {"time": "2026-12-04T05:00:00+08:00"}),
         ("[12-16 14:27:10 TP0] ", {"time": "12-16 14:27:10"}),
         ("[33m", {}),
@@ -178,7 +182,7 @@ def test_a_gpu_error_no_anchor_knows_is_unrecognized_mid_line(matcher):
 FRAMES = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    raise ValueError("shard 3 is empty")\n'
 
 
-@pytest.mark.parametrize("prefix", ["wandb: ", "2026-12-04 05:00:00,123 - root - ERROR - ", "> ", "[ERROR|trainer.py:9] x >> "])
+@pytest.mark.parametrize("prefix", ["wandb: ", "> ", "[ERROR|trainer.py:9] x >> ", "step 3 | "])
 def test_a_traceback_ending_behind_an_unknown_prefix_is_still_a_failure(matcher, prefix):
     found = [e for e in events(matcher, FRAMES + prefix + "ValueError: shard 3 is empty\n") if isinstance(e, Unrecognized)]
     assert [(e.type, e.message, e.line.lineno) for e in found] == [("ValueError", "shard 3 is empty", 4)]
