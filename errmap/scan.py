@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from errmap.matcher import FRAME_WINDOW, INHERITED, Event, Match, Matcher, Scanner
 from errmap.report import Report
-from errmap.source import CHUNK, InputError, Source
+from errmap.source import CHUNK, DOCKER_JSON, InputError, Source
 from errmap.triage import Incident, Residue, Triage
 
 OnNew = Callable[[Incident | Residue], None]
@@ -24,7 +24,7 @@ OnNew = Callable[[Incident | Residue], None]
 PARALLEL_MIN = 16 << 20  # bytes of files below which forking workers costs more than it saves
 SPLIT_MIN = 64 << 20  # a plain file this large is split into byte ranges
 # What source.py decodes rather than passes through (compressed data, UTF-16/32, BOMs): never split.
-_ENCODED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd", b"\xff\xfe", b"\xfe\xff", b"\xef\xbb\xbf")
+_ENCODED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd", b"\xff\xfe", b"\xfe\xff", b"\xef\xbb\xbf", DOCKER_JSON)
 
 
 def feed(triage: Triage, events: Iterable[Event], on_new: OnNew | None = None) -> None:

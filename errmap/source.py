@@ -3,7 +3,8 @@
 Plain files; gzip, bzip2, xz and zstd files, decompressed in bounded steps (a truncated or damaged
 one yields what it holds, then a warning); directories (recursively, following links but entering
 each folder once, each file counted once, e.g. a Ray session's logs/); globs with `**`; FIFOs and
-stdin. UTF-16 and UTF-32 text (with a BOM, or ASCII-range text without one) is re-encoded as UTF-8.
+stdin. UTF-16 and UTF-32 text (with a BOM, or ASCII-range text without one) is re-encoded as UTF-8, and Docker's
+json-file logs are read as the text their records hold.
 Every problem with an input is an `InputError` naming the file, never a traceback.
 """
 
@@ -14,6 +15,7 @@ import codecs
 import fnmatch
 import glob
 import gzip
+import json
 import lzma
 import os
 import stat
@@ -192,25 +194,27 @@ def sniff_encoding(head: bytes) -> tuple[str | None, int]:
 
 
 class Recoder:
-    """Bytes in, UTF-8 bytes out: passes UTF-8 through, re-encodes UTF-16/32 (decided from the first bytes)."""
+    """Bytes in, UTF-8 bytes out: passes UTF-8 through, re-encodes UTF-16/32 (decided from the first bytes), and
+    reads a Docker json-file log as its text (DockerJson)."""
 
     def __init__(self) -> None:
         self._head = b""
         self._decode: Callable[[bytes, bool], str] | None = None
         self._decided = False
+        self._json = DockerJson()
         self.warning: str | None = None
 
     def feed(self, data: bytes) -> bytes:
         if self._decided:
-            return self._decode(data, False).encode() if self._decode else data
+            return self._json.feed(self._decode(data, False).encode() if self._decode else data)
         self._head += data
         if len(self._head) < SNIFF:
             return b""  # a pipe's first read can be one byte: wait for enough to see a BOM
-        return self._decide()
+        return self._json.feed(self._decide())
 
     def finish(self) -> bytes:
         out = b"" if self._decided else self._decide()
-        return out + (self._decode(b"", True).encode() if self._decode else b"")
+        return self._json.feed(out + (self._decode(b"", True).encode() if self._decode else b"")) + self._json.finish()
 
     def _decide(self) -> bytes:
         self._decided = True
@@ -220,6 +224,60 @@ class Recoder:
             return head
         self._decode = codecs.getincrementaldecoder(encoding)("replace").decode
         return self._decode(head[bom:], False).encode()
+
+
+# Docker's json-file logging driver (its default) writes one record a line,
+# {"log":"Log line is here\n","stream":"stdout","time":"2019-01-01T11:11:11.111111111Z"}
+# (docs.docker.com/engine/logging/drivers/json-file/), in /var/lib/docker/containers/<id>/<id>-json.log.
+DOCKER_JSON = b'{"log":"'
+MAX_RECORD = 1 << 20  # bytes of a record without its newline after which it passes through as it is
+
+
+class DockerJson:
+    """A log that starts with a json-file record, read as the text of its records: each line's "log" (a line that
+    Docker split, without its newline, joins the next); a line that is not a record passes through."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._on: bool | None = None  # undecided until the first line's start is seen
+
+    def feed(self, data: bytes) -> bytes:
+        if self._on is False:
+            return data
+        self._buf += data
+        if self._on is None:
+            if len(self._buf) < len(DOCKER_JSON) and b"\n" not in self._buf:
+                return b""
+            self._on = self._buf.startswith(DOCKER_JSON)
+            if not self._on:
+                out, self._buf = self._buf, b""
+                return out
+        end = self._buf.rfind(b"\n") + 1
+        if not end and len(self._buf) <= MAX_RECORD:
+            return b""
+        cut = end or len(self._buf)
+        lines, self._buf = self._buf[:cut], self._buf[cut:]
+        return _records(lines)
+
+    def finish(self) -> bytes:
+        out, self._buf = self._buf, b""
+        return _records(out + b"\n") if self._on and out else out  # the last record may lack its newline
+
+
+def _records(lines: bytes) -> bytes:
+    *whole, rest = lines.split(b"\n")
+    return b"".join(_record(line) for line in whole) + rest
+
+
+def _record(line: bytes) -> bytes:
+    if line.startswith(DOCKER_JSON):
+        try:
+            record = json.loads(line)
+        except ValueError:  # not JSON after all, or not UTF-8
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("log"), str):
+            return record["log"].encode("utf-8", "replace")
+    return line + b"\n"
 
 
 @dataclass

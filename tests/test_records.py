@@ -192,3 +192,35 @@ def test_a_quoted_raise_does_not_end_the_traceback(matcher):
     # the frame's source line reads like the exception but is not it: a log cut after it is still a failure
     found = [e for e in events(matcher, FRAMES) if isinstance(e, Unrecognized)]
     assert [e.message for e in found] == ["the log ends inside a traceback, before its exception line"]
+
+
+def _docker(tmp_path, texts: list[str], name: str = "c-json.log"):
+    # Docker's json-file logging driver: one record a line, its "log" ending in the newline unless Docker split the
+    # line (docs.docker.com/engine/logging/drivers/json-file/)
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"log": t, "stream": "stderr", "time": "2026-12-04T05:00:00.123456789Z"},
+                                       separators=(",", ":")) + "\n" for t in texts))
+    return path
+
+
+def test_a_docker_json_file_log_is_read_as_its_text(tmp_path):
+    half = len(TRITON) // 2
+    path = _docker(tmp_path, ["step 1\n", 'File "x.py", "quoted"\n', TRITON[:half], TRITON[half:] + "\n"])
+    doc = json.loads(errmap("scan", "--format", "json", str(path)).stdout)
+    assert [d["errno"] for d in doc["diagnoses"]] == [1012]  # the line Docker split is joined again
+    assert doc["diagnoses"][0]["evidence"][0]["text"] == TRITON and doc["diagnoses"][0]["line"] == 3
+    stdin = subprocess.run([sys.executable, "-m", "errmap", "scan", "-"], input=path.read_bytes(), capture_output=True)
+    assert stdin.returncode == 1 and b"1012" in stdin.stdout
+
+
+def test_lines_that_are_not_docker_records_pass_through(tmp_path):
+    from errmap.source import MAX_RECORD, DockerJson
+
+    dj = DockerJson()
+    out = dj.feed(b'{"log":"a\\n","stream":"stdout","time":"t"}\nplain line\n{"log": broken\n') + dj.finish()
+    assert out == b'a\nplain line\n{"log": broken\n'
+    dj = DockerJson()
+    assert dj.feed(b"plain\n") == b"plain\n"  # not a json-file log: every byte as it came
+    dj = DockerJson()
+    dj.feed(b'{"log":"x')
+    assert len(dj.feed(b"y" * (MAX_RECORD + 1))) > MAX_RECORD  # a record without an end is not held without bound
