@@ -5,9 +5,10 @@ Renderers only format; `diagnose` decides what a diagnosis says.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ SHOWN_PER_CODE = 20  # diagnoses of one code shown in text output; --verbose and
 SHOWN_STEPS = 3  # fix steps shown in text output; --verbose and `errmap explain` show all
 SHOWN_CAUSE = 3  # lines of the cause shown in text output, cut with an ellipsis; --verbose shows it whole
 SHOWN_LINKS = 1  # links shown in text output; --verbose shows all
+SCREEN_ROWS = 24  # a diagnosis with what it led to fits one screen of this height: fewer steps where long ones need it
+FEWEST_STEPS = 2  # ... but never fewer than these
 
 
 def escape(text: str) -> str:
@@ -216,9 +219,19 @@ def aside(text: str) -> str:
     return _(" ({what})").format(what=text)
 
 
-def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False) -> None:
-    """One diagnosis: header, evidence, cause, fix, links; by default in one screen (SHOWN_CAUSE lines
-    of cause, SHOWN_STEPS steps, one link), all of it with `verbose`."""
+def rows(con: Console, draw: Callable[[Console], None]) -> int:
+    """How many rows `draw` prints at `con`'s width."""
+    probe = Console(file=io.StringIO(), width=con.width, highlight=False, soft_wrap=True, color_system=None)
+    draw(probe)
+    return probe.file.getvalue().count("\n")
+
+
+def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False,
+                    room: int = SCREEN_ROWS, steps: int = SHOWN_STEPS) -> None:
+    """One diagnosis: header, evidence, cause, fix, links; by default in `room` rows (SHOWN_CAUSE lines
+    of cause, SHOWN_STEPS steps or as many as fit, one link), all of it with `verbose`."""
+    if not (brief or verbose) and steps > FEWEST_STEPS and room > 0 and rows(con, lambda c: print_diagnosis(c, d, n, room=0, steps=steps)) > room:
+        return print_diagnosis(con, d, n, room=room, steps=steps - 1)
     role = "" if d["role"] == "root" else f"[dim]{aside(_('consequence'))}[/]"
     block(con, f"[bold]{n}.[/] " if n else "",
           f"[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
@@ -245,16 +258,16 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     links = d["links"] if verbose else d["links"][:SHOWN_LINKS]
     label = max(cell_len(x) for x in (_("Cause"), _("Fix"), *(_(link["kind"]) for link in links)))
     block(con, f"   [bold]{pad(_('Cause'), label)}[/]  ", escape(d["cause"]), None if verbose else SHOWN_CAUSE)
-    steps = d["fix"] if verbose else d["fix"][:SHOWN_STEPS]
-    for i, step in enumerate(steps, 1):
-        block(con, f"   [bold]{pad(_('Fix') if i == 1 else '', label)}[/]  {i:>{len(str(len(steps)))}}. ", escape(step))
+    shown = d["fix"] if verbose else d["fix"][:steps]
+    for i, step in enumerate(shown, 1):
+        block(con, f"   [bold]{pad(_('Fix') if i == 1 else '', label)}[/]  {i:>{len(str(len(shown)))}}. ", escape(step))
     for link in links:
         kind = f"   [dim]{pad(_(link['kind']), label)}[/]  "
         if verbose:
             block(con, kind, f"{escape(link['url'])}  [dim]{escape(link['title'])}[/]")
         else:  # one row: the whole URL, its title cut to what is left
             block(con, f"{kind}{escape(link['url'])}  ", f"[dim]{escape(link['title'])}[/]", 1)
-    left = len(d["fix"]) - len(steps)
+    left = len(d["fix"]) - len(shown)
     hidden = f"[dim]{aside(ngettext('{n} more step', '{n} more steps', left).format(n=left))}[/]" if left else ""
     block(con, f"   [dim]{lead(_('more:'))}[/]", escape(more) + hidden)
 
@@ -319,7 +332,8 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
                                             more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
             block(con, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]")
-        print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose)
+        led = rows(con, lambda c: _print_consequences(c, inc, dicts))
+        print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose, room=SCREEN_ROWS - led)
         _print_consequences(con, inc, dicts)
         con.print()
     for errno, k in shown.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 from rich.cells import cell_len
 
@@ -205,7 +206,9 @@ def test_chinese_report_uses_full_width_parentheses_and_separators():
     out = errmap("scan", "--lang", "zh", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
     lines = out.splitlines()
     assert lines[0].startswith("1 条诊断（") and lines[0].endswith("；根因在前）") and "; " not in lines[0]
-    assert "（还有 1 步）" in out and "失败（3 次；首次出现于 " in out and "另见知识库中没有的错误（1）" in out
+    assert "失败（3 次；首次出现于 " in out and "另见知识库中没有的错误（1）" in out
+    many = errmap("scan", "--lang", "zh", str(ROOT / "fixtures" / "1017" / "verl-log-prob-oom.log"), env={"COLUMNS": "200"}).stdout.decode()
+    assert re.search(r"（还有 \d+ 步）", many), many  # the steps left out, in full-width parentheses
     en = errmap("scan", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
     assert en.splitlines()[0].startswith("1 diagnosis (") and "failed (3x; first at " in en
 

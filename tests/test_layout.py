@@ -89,16 +89,18 @@ def steps_of(path: str) -> list[str]:
     return doc["diagnoses"][0]["fix"]
 
 
-def test_the_1031_cascade_on_an_80x24_terminal():
-    lines = on_terminal(["scan", CASCADE], 80, 24)
+@pytest.mark.parametrize("log", [CASCADE, "fixtures/1017/verl-log-prob-oom.log"])  # 3 steps for its stack; more
+def test_a_diagnosis_on_an_80x24_terminal(log):
+    lines = on_terminal(["scan", log], 80, 24)
     assert all(cell_len(line) <= 80 for line in lines), [line for line in lines if cell_len(line) > 80]
     d = diagnosis(lines)
     assert len(d) <= 24, "\n".join(d)
-    steps = steps_of(CASCADE)
+    steps = steps_of(log)
     shown = [i for i, line in enumerate(d) if re.match(r"\s+(Fix\s+)?\d\. ", line)]
-    assert len(shown) == 3 < len(steps) and f"({len(steps) - 3} more step" in flat(d)
-    assert all(flat([step]) in flat(d) for step in steps[:3])
-    tokens_whole(steps[:3], d, 80 - 13)
+    assert min(2, len(steps)) <= len(shown) <= min(3, len(steps))  # three, or two where three would not fit
+    assert (f"({len(steps) - len(shown)} more step" in flat(d)) == (len(steps) > len(shown))
+    assert all(flat([step]) in flat(d) for step in steps[:len(shown)])
+    tokens_whole(steps[:len(shown)], d, 80 - 13)
     # Hanging indents: the cause's lines under its text, each step's lines under the text after "1. ".
     cause = next(i for i, line in enumerate(d) if line.startswith("   Cause  "))
     assert [line[:10] for line in d[cause + 1:shown[0]]] == [" " * 10] * (shown[0] - cause - 1)
@@ -159,7 +161,7 @@ def test_a_token_wider_than_the_indent_allows_moves_left_rather_than_folding():
     path = "fixtures/1009/verl-vllm-v0-rollout-p40.log"
     lines = piped("scan", path, cols=80)
     assert all(cell_len(line) <= 80 for line in lines), [line for line in lines if cell_len(line) > 80]
-    tokens_whole(steps_of(path)[:3], lines, 80)
+    tokens_whole(steps_of(path)[:2], lines, 80)
     key = "`++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32`,"
     (line,) = [line for line in lines if key in line]
     assert line == " " * (80 - len(key)) + key  # as far left as it must go, no further
@@ -230,7 +232,7 @@ def test_watch_and_run_take_v():
         start = next(i for i, line in enumerate(lines) if line.startswith("1017 "))
         return sum(bool(steps.match(line)) for line in lines[start:lines.index("", start)])
 
-    assert shown(errmap("watch", input=log, env={"COLUMNS": "80"}).stdout) == 3
+    assert shown(errmap("watch", input=log, env={"COLUMNS": "80"}).stdout) in (2, 3)
     assert shown(errmap("watch", "-v", input=log, env={"COLUMNS": "80"}).stdout) > 3
     assert shown(errmap("run", "--verbose", "--", "cat", CASCADE, env={"COLUMNS": "80"}).stderr) > 3
 
