@@ -493,6 +493,7 @@ class Scanner:
         hard-wrapped at a terminal's or a paste's width) and start on that line or span a break; a continuation line
         is plain text: not empty, not a traceback frame and not a failure line of its own."""
         parts, pos = [line.text.rstrip()], end
+        widths = [len(line.raw)]  # a fixed-width fold leaves every line but the last the same width
         for _ in range(CONTINUED):
             if block[pos: pos + 2] == b"\r\n" and pos + 2 <= limit:
                 pos += 1
@@ -506,14 +507,19 @@ class Scanner:
             if not text or GENERIC.match(text):
                 break
             parts.append(text)
+            widths.append(len(raw.decode("utf-8", "replace")))
             pos = nl if nl >= 0 else limit
         if len(parts) == 1:
             return []
-        joined = " ".join(parts)
-        ids = {i for pat, _ in self.matcher.prefilter.hits(joined.encode()) for i in self.matcher.targets[pat] if i >= 0}
-        wide = replace(line, text=joined)
-        breaks = tuple(itertools.accumulate(len(p) + 1 for p in parts[:-1]))
-        return [e for e in self.matcher.match_line(wide, ids, self._frames, breaks) if isinstance(e, Match)]
+        folded = len(set(widths[:-1])) == 1 and widths[-1] <= widths[0]
+        for glue in (" ", "") if folded else (" ",):  # wrapped between words, or folded inside one ("KV cach" / "e is needed")
+            joined = glue.join(parts)
+            ids = {i for pat, _ in self.matcher.prefilter.hits(joined.encode()) for i in self.matcher.targets[pat] if i >= 0}
+            breaks = tuple(itertools.accumulate(len(p) + len(glue) for p in parts[:-1]))
+            found = [e for e in self.matcher.match_line(replace(line, text=joined), ids, self._frames, breaks) if isinstance(e, Match)]
+            if found:
+                return found
+        return []
 
 
 def scan_chunks(matcher: Matcher, path: str, chunks: Iterable[bytes]) -> Iterator[Event]:

@@ -47,6 +47,17 @@ def test_wrapped_exception_lines_keep_their_code(matcher, prefix):
         assert errno in found, (errno, parts)
 
 
+def test_lines_folded_inside_words_keep_their_code(matcher):
+    # a fixed width, as `fold` or a terminal's paste cuts: breaks fall inside words
+    for errno, text in wrapped_cases(matcher):
+        width = max(60, len(text) // 4 + 1)
+        parts = [text[i:i + width] for i in range(0, len(text), width)]
+        if len(parts) > 4 or any(p[-1:].isspace() or p[:1].isspace() for p in parts):
+            continue  # a break beside a space reads as a word wrap (above)
+        found = {e.entry.errno for e in scan(matcher, "".join(p + "\n" for p in parts).encode()) if isinstance(e, Match)}
+        assert errno in found, (errno, parts)
+
+
 def test_a_following_failure_is_not_a_continuation(matcher):
     # the second line is a failure of its own: the first stays unrecognized and nothing is joined
     data = b"RuntimeError: something no entry knows\nValueError: and another thing\n"
