@@ -60,7 +60,9 @@ class LocalCluster:
         self.root = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": self.address}
+        # auth mode said outright: with it unset, a token that an earlier local ray.init() left in ~/.ray/auth_token
+        # turns token auth on for `ray start` and the clients then fail to connect
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "disabled"}
         self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> LocalCluster:
