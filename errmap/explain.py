@@ -78,8 +78,9 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
     """A window of one fixture of the code around the first line errmap's own matcher gives it.
 
     Of the fixtures that match, a recorded one comes before a built one, one whose expected root
-    is this code before one where it is a consequence, one whose message is whole on its line before one
-    wrapped over several, and one whose matched line fits on a line.
+    is this code before one where it is a consequence, one whose line says it alone before one that needs its
+    traceback's frames, one whose message is whole on its line before one wrapped over several, and one whose
+    matched line fits on a line.
     """
     from errmap.matcher import Match, scan_chunks
 
@@ -99,7 +100,8 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
             side = _sidecar(log)
             expect = side.get("expect") or [e.errno]
             joined = hit.line.text.strip() not in hit.line.raw  # read with the lines that continue it
-            rank = (side.get("origin") != "recorded", expect[:1] != [e.errno], joined, len(hit.line.raw.strip()) > SHOWN)
+            alone = hit.anchor.frames is None  # the line says it by itself, without the frames of its traceback
+            rank = (side.get("origin") != "recorded", expect[:1] != [e.errno], not alone, joined, len(hit.line.raw.strip()) > SHOWN)
             found.append((rank, log.name, log, data, hit, side))
     if not found:
         return None

@@ -70,6 +70,7 @@ FRAME_WINDOW = 200  # lines: a frame rule looks this far back for the failure's 
 # A failure line no anchor knows may be hard-wrapped (a terminal, a pasted issue, a logger's width): it is
 # matched again joined with up to this many continuation lines of at most CONTINUED_MAX bytes each.
 CONTINUED, CONTINUED_MAX = 3, 2048
+PADDED = re.compile(r" {20,}")  # a terminal's wrap turned into blanks when a screen is copied whole
 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
 # An exception named after other text: what ends an open traceback behind a prefix no one listed.
@@ -441,6 +442,8 @@ class Scanner:
             if len(found) == 1 and isinstance(found[0], Unrecognized) or not found and line.quiet and not line.quoted \
                     and _GENERIC in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
                 found = self._continued(block, limit, e, line) or found
+            if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
+                found = self._unpadded(line) or found
             if not found and closes and not line.quiet and not GENERIC.match(line.text) \
                     and (x := RAISED.search(line.text)) is not None:
                 # behind a prefix nobody listed ("wandb: ", "- root - ERROR - "): the exception its traceback ends in
@@ -503,7 +506,12 @@ class Scanner:
             raw = bytes(block[pos + 1: nl if nl >= 0 else limit]).removesuffix(b"\r")
             if not raw.strip() or len(raw) > CONTINUED_MAX or FRAME_LITERAL in raw or b"\r" in raw:
                 break
-            text = peel(self.path, 0, ANSI.sub(b"", raw).decode("utf-8", "replace")).text.strip()
+            text = ANSI.sub(b"", raw).decode("utf-8", "replace")
+            cont = peel(self.path, 0, text)
+            if cont.actor and not line.actor and (k := text.find("(" + cont.actor)) >= 0:
+                text = text[k:].strip()  # "(CPUBFloat16Type) should be ..." continues the message: no Ray prefix
+            else:
+                text = cont.text.strip()
             if not text or GENERIC.match(text):
                 break
             parts.append(text)
@@ -517,6 +525,19 @@ class Scanner:
             ids = {i for pat, _ in self.matcher.prefilter.hits(joined.encode()) for i in self.matcher.targets[pat] if i >= 0}
             breaks = tuple(itertools.accumulate(len(p) + len(glue) for p in parts[:-1]))
             found = [e for e in self.matcher.match_line(replace(line, text=joined), ids, self._frames, breaks) if isinstance(e, Match)]
+            if found:
+                return found
+        return []
+
+
+    def _unpadded(self, line: Line) -> list[Match]:
+        """The anchors that match an unknown failure line whose wraps at a terminal's width became runs of blanks
+        (a screen copied whole: "must be evenly divisible      by the number"), each run read as one blank, then as none
+        (a word cut at the edge)."""
+        for glue in (" ", ""):
+            text = PADDED.sub(glue, line.text)
+            ids = {i for pat, _ in self.matcher.prefilter.hits(text.encode()) for i in self.matcher.targets[pat] if i >= 0}
+            found = [e for e in self.matcher.match_line(replace(line, text=text), ids, self._frames) if isinstance(e, Match)]
             if found:
                 return found
         return []

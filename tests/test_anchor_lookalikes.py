@@ -71,3 +71,22 @@ def test_remote_code_missing_packages_name_the_first_as_the_module(matcher):
     line = ("ImportError: This modeling file requires the following packages that were not found in your environment: "
             "einops, flash_attn. Run `pip install einops flash_attn`")
     assert found(matcher, line) == [(1008, {"packages": "einops, flash_attn", "module": "einops"})]
+
+
+CHECKPOINT = ("The checkpoint you are trying to load has model type `deepseek_vl_v2` but Transformers does not recognize this"
+              " architecture. This could be because of an issue with the checkpoint, or because your version of"
+              " Transformers is out of date.")
+
+
+def test_an_unknown_model_type_raised_is_1042(matcher):
+    assert [e[0] for e in found(matcher, "ValueError: " + CHECKPOINT)] == [1042]
+
+
+@pytest.mark.parametrize("notice", [
+    # lmdeploy's model check, which then reads config.json itself and serves the model
+    "2025-03-19 20:54:50,520 - lmdeploy - WARNING - supported_models.py:119 - AutoConfig.from_pretrained failed for"
+    " /models/deepseek-vl2-tiny. Exception: " + CHECKPOINT,
+    "WARNING AutoConfig.from_pretrained failed for /models/x (" + CHECKPOINT + "); falling back to raw config.json.",
+])
+def test_a_fallback_notice_quoting_it_is_not(matcher, notice):
+    assert 1042 not in [e[0] for e in found(matcher, notice)]

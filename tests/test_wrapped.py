@@ -58,6 +58,18 @@ def test_lines_folded_inside_words_keep_their_code(matcher):
         assert errno in found, (errno, parts)
 
 
+def test_wraps_turned_into_runs_of_blanks_keep_their_code(matcher):
+    # a screen copied whole: each row padded with blanks to the terminal's width, the rows on one line
+    for errno, text in wrapped_cases(matcher):
+        width = max(60, len(text) // 4 + 1)
+        parts = textwrap.wrap(text, width=width, break_long_words=False, break_on_hyphens=False)
+        if len(parts) > 4 or max(map(len, parts)) > width:
+            continue  # a word longer than the width: a terminal would have cut it
+        padded = "".join(p.ljust(width + 24) for p in parts[:-1]) + parts[-1]
+        found = {e.entry.errno for e in scan(matcher, (padded + "\n").encode()) if isinstance(e, Match)}
+        assert errno in found, (errno, padded)
+
+
 def test_a_following_failure_is_not_a_continuation(matcher):
     # the second line is a failure of its own: the first stays unrecognized and nothing is joined
     data = b"RuntimeError: something no entry knows\nValueError: and another thing\n"
