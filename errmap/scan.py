@@ -14,15 +14,16 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from errmap.matcher import FRAME_WINDOW, INHERITED, Event, Match, Matcher, Scanner
+from errmap.matcher import FRAME_WINDOW, INHERITED, Event, Match, Matcher, Scanner, Unrecognized
 from errmap.report import Report
 from errmap.source import CHUNK, DOCKER_JSON, InputError, Source
-from errmap.triage import Incident, Residue, Triage
+from errmap.triage import MAX_RESIDUE, Again, Incident, Residue, Triage, kept, clip, digest, residue_key
 
 OnNew = Callable[[Incident | Residue], None]
 
 PARALLEL_MIN = 16 << 20  # bytes of files below which forking workers costs more than it saves
 SPLIT_MIN = 64 << 20  # a plain file this large is split into byte ranges
+LEAD_MAX = 8 << 20  # bytes a worker may re-read before its range (FRAME_WINDOW lines) for the scanner's state
 # What source.py decodes rather than passes through (compressed data, UTF-16/32, BOMs): never split.
 _ENCODED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd", b"\xff\xfe", b"\xfe\xff", b"\xef\xbb\xbf", DOCKER_JSON)
 
@@ -124,14 +125,47 @@ class _Part:
     source: Source | None = None  # a whole file's source, with what reading it found
 
 
-def _pack(matcher: Matcher, events: list[Event], shift: int) -> list[tuple]:
-    index = {id(a): i for i, (_, a) in enumerate(matcher.anchors)}
-    out: list[tuple] = []
-    for line in {id(ev.line): ev.line for ev in events}.values():  # events of one line share it
-        line.lineno -= shift
-    for ev in events:
-        out.append((index[id(ev.anchor)], ev.line, ev.captures) if isinstance(ev, Match) else (ev,))
-    return out
+class _Packer:
+    """Events as a worker sends them, bounded as a triage keeps them: lines, messages and captures cut to what it
+    keeps, and an unrecognized record's repeats (or any record past the first MAX_RESIDUE of this part, which no
+    triage keeps unless an earlier part sent it) by its key's digest alone; line numbers relative to the part."""
+
+    def __init__(self, matcher: Matcher, shift: int):
+        self.index = {id(a): i for i, (_, a) in enumerate(matcher.anchors)}
+        self.shift = shift
+        self.sent: set[tuple[str, str]] = set()
+        self.items: list[tuple] = []
+        self.again = bytearray()  # the Again lines since the last other event
+
+    @property
+    def out(self) -> list[tuple]:
+        self._flush()
+        return self.items
+
+    def _flush(self) -> None:
+        if self.again:
+            self.items.append((Again(bytes(self.again)),))
+            self.again.clear()
+
+    def _put(self, item: tuple) -> None:
+        self._flush()
+        self.items.append(item)
+
+    def add(self, events: list[Event]) -> None:
+        for line in {id(ev.line): ev.line for ev in events}.values():  # events of one line share it
+            line.lineno -= self.shift
+        for ev in events:
+            if isinstance(ev, Match):
+                self._put((self.index[id(ev.anchor)], kept(ev.line), {k: clip(v) for k, v in ev.captures.items()}))
+            elif isinstance(ev, Unrecognized):
+                key = residue_key(ev)
+                if key in self.sent or len(self.sent) >= MAX_RESIDUE:
+                    self.again += digest(key) + min(ev.line.repeat, 0xFFFFFFFF).to_bytes(4, "little")
+                else:
+                    self.sent.add(key)
+                    self._put((Unrecognized(kept(ev.line), clip(ev.type), clip(ev.message), ev.inner and clip(ev.inner)),))
+            else:
+                self._put((ev,))
 
 
 def _unpack(matcher: Matcher, packed: list[tuple], offset: int) -> Iterator[Event]:
@@ -142,6 +176,9 @@ def _unpack(matcher: Matcher, packed: list[tuple], offset: int) -> Iterator[Even
         else:
             entry, anchor = matcher.anchors[item[0]]
             ev = Match(entry, anchor, item[1], item[2])
+        if isinstance(ev, Again):
+            yield ev
+            continue
         if id(ev.line) not in moved:  # events of one line share it (unpickled as one object too)
             moved.add(id(ev.line))
             ev.line.lineno += offset
@@ -151,8 +188,10 @@ def _unpack(matcher: Matcher, packed: list[tuple], offset: int) -> Iterator[Even
 def _whole(path: str) -> _Part:
     assert _matcher is not None
     source = Source(path)
-    events = list(_events(_matcher, source))
-    return _Part(_pack(_matcher, events, 0), source=source)
+    packer = _Packer(_matcher, 0)
+    for ev in _events(_matcher, source):
+        packer.add([ev])
+    return _Part(packer.out, source=source)
 
 
 def _range(task: tuple[str, int, int, int, bool]) -> _Part:
@@ -166,7 +205,7 @@ def _range(task: tuple[str, int, int, int, bool]) -> _Part:
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     skip = 0
-    events: list[Event] = []
+    packer: _Packer | None = None  # made once the lead-in is read: its newlines are the shift
     fd = os.open(path, os.O_RDONLY)
     try:
         pos = lead
@@ -179,13 +218,15 @@ def _range(task: tuple[str, int, int, int, bool]) -> _Part:
                 skip += buf.count(b"\n", 0, n)
                 scanner.feed(view[:n])  # the lead-in: state only, its events belong to the range before
             else:
-                events += scanner.feed(view[:n])
+                packer = packer or _Packer(_matcher, skip)
+                packer.add(scanner.feed(view[:n]))
             pos += n
     finally:
         os.close(fd)
+    packer = packer or _Packer(_matcher, skip)
     if last:
-        events += scanner.flush()
-    part = _Part(_pack(_matcher, events, skip), scanner.lineno - 1 - skip)
+        packer.add(scanner.flush())
+    part = _Part(packer.out, scanner.lineno - 1 - skip)
     if scanner._open is not INHERITED:
         part.inherited = False
         if scanner._open is not None:
@@ -204,15 +245,18 @@ def _line_start_before(fd: int, grid: int) -> int | None:
     return None if i < 0 else grid - CHUNK + i + 1
 
 
-def _lead(fd: int, start: int) -> int:
-    """A serial scan's block end more than FRAME_WINDOW lines before `start` (or the file's start)."""
+def _lead(fd: int, start: int) -> int | None:
+    """A serial scan's block end more than FRAME_WINDOW lines before `start` (or the file's start); None when that is
+    more than LEAD_MAX bytes back (lines that long: a worker would re-read more than it scans)."""
     grid = start // CHUNK * CHUNK
     while grid >= CHUNK:
+        if start - grid > LEAD_MAX:
+            return None
         b = _line_start_before(fd, grid)
         if b is not None and b < start and os.pread(fd, start - b, b).count(b"\n") > FRAME_WINDOW:
             return b
         grid -= CHUNK
-    return 0
+    return 0 if start <= LEAD_MAX else None
 
 
 def _ranges(path: str, size: int, n: int) -> list[tuple]:
@@ -226,11 +270,10 @@ def _ranges(path: str, size: int, n: int) -> list[tuple]:
                 grid += CHUNK
             if grid < size and b > cuts[-1]:
                 cuts.append(b)
-        cuts.append(size)
-        tasks = []
-        for i in range(len(cuts) - 1):
-            tasks.append((path, _lead(fd, cuts[i]), cuts[i], cuts[i + 1], i == len(cuts) - 2))
-        return tasks
+        leads = [0] + [_lead(fd, c) for c in cuts[1:]]
+        cuts = [c for c, lead in zip(cuts, leads) if lead is not None] + [size]  # no cut where the lead-in is too long
+        leads = [lead for lead in leads if lead is not None]
+        return [(path, leads[i], cuts[i], cuts[i + 1], i == len(cuts) - 2) for i in range(len(cuts) - 1)]
     finally:
         os.close(fd)
 

@@ -8,6 +8,9 @@ runs (runs.py) never share an incident or a cause.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+
 from dataclasses import dataclass, field, replace
 
 import regex
@@ -26,11 +29,37 @@ _NUMBERS = regex.compile(r"\d+")
 _TYPE_COLON = regex.compile(r"(\w+):")
 
 
+def residue_key(event: Unrecognized) -> tuple[str, str]:
+    """What tells unrecognized records apart: their type and message, numbers aside."""
+    return event.type[:200], _NUMBERS.sub("N", event.message[:200])
+
+
+def digest(key: tuple[str, str]) -> bytes:
+    return hashlib.blake2b("\0".join(key).encode("utf-8", "replace"), digest_size=DIGEST).digest()
+
+
+DIGEST = 8  # bytes of a record key's digest in Again
+
+
+@dataclass(slots=True)
+class Again:
+    """Unrecognized lines, one after another, that a worker process sends by their records' keys only: each record's
+    first line went before, or so many other records did that it cannot be kept (scan._Packer). `lines` holds, for
+    each line, its key's digest and its repeat count (4 bytes, little-endian)."""
+
+    lines: bytes
+
+    def __iter__(self) -> Iterator[tuple[bytes, int]]:
+        step = DIGEST + 4
+        for i in range(0, len(self.lines), step):
+            yield self.lines[i:i + DIGEST], int.from_bytes(self.lines[i + DIGEST:i + step], "little")
+
+
 def clip(text: str) -> str:
     return text if len(text) <= KEPT_TEXT else text[:KEPT_TEXT] + " …"
 
 
-def _kept(line: Line) -> Line:
+def kept(line: Line) -> Line:
     """The line as a triage keeps it: its text cut to KEPT_TEXT characters (then marked cut)."""
     if len(line.raw) <= KEPT_TEXT and len(line.text) <= KEPT_TEXT:
         return line
@@ -64,7 +93,7 @@ class Incident:
         self.count += line.repeat
         self.last = line
         if len(self.evidence) < MAX_EVIDENCE:
-            self.evidence.append(_kept(line))
+            self.evidence.append(kept(line))
         if line.rank is not None:
             self.ranks.add(line.rank)
         if line.host:
@@ -94,6 +123,7 @@ class Triage:
     runs: dict[str, str] = field(default_factory=dict)  # file -> its run (Source.run); absent: run ""
     gpus: dict[str, tuple[int, str]] = field(default_factory=dict)  # file -> (line, name) of the first line naming a GPU
     _per_code: dict[int, int] = field(default_factory=dict)
+    _by_digest: dict[bytes, Residue] = field(default_factory=dict)  # residue by its key's digest (Again)
     _events: int = 0
 
     def add(self, event: Event) -> Incident | Residue | None:
@@ -104,16 +134,25 @@ class Triage:
         if isinstance(event, GpuNamed):
             self.gpus.setdefault(event.line.path, (event.line.lineno, event.name))
             return None
+        if isinstance(event, Again):
+            for d, repeat in event:  # as add() of each line: counted with its kept record, else past the cap
+                self._events += 1
+                if (r := self._by_digest.get(d)) is not None:
+                    r.count += repeat
+                else:
+                    self.more_residue += repeat
+            return None
         self._events += 1
         if isinstance(event, Unrecognized):
-            key = (event.type[:200], _NUMBERS.sub("N", event.message[:200]))
+            key = residue_key(event)
             r = self.residue.get(key)
             if r is None:
                 if len(self.residue) >= MAX_RESIDUE:
                     self.more_residue += event.line.repeat
                     return None
-                r = self.residue[key] = Residue(clip(event.type), clip(event.message), _kept(event.line), self._events,
+                r = self.residue[key] = Residue(clip(event.type), clip(event.message), kept(event.line), self._events,
                                                 event.inner and clip(event.inner))
+                self._by_digest[digest(key)] = r
                 r.count = event.line.repeat
                 return r
             r.count += event.line.repeat

@@ -7,8 +7,11 @@ assert only sizes and counts.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
-from conftest import errmap, scan_json
+import pytest
+from conftest import ROOT, errmap, scan_json
 
 from errmap.report import SHOWN_PER_CODE
 from errmap.triage import KEPT_TEXT, MAX_PER_CODE, MAX_RESIDUE
@@ -86,3 +89,35 @@ def test_rank_logs_are_one_incident_listing_each_file_once(tmp_path):
     assert d["count"] == 600 and len(d["ranks"]) == 300
     assert d["files"] == sorted(str(f) for f in folder.iterdir())
     assert doc["omitted"] == {"diagnoses": [], "unrecognized_lines": 0}
+
+
+def _scan_with_peak(path, jobs: int) -> tuple[bytes, float]:
+    """errmap's JSON report and the peak RSS in MB of it and its worker processes (through a wrapper process, whose
+    RUSAGE_CHILDREN holds every descendant it reaped, not this test process's pages)."""
+    wrapper = (
+        "import resource, subprocess, sys; "
+        "p = subprocess.run([sys.executable, '-m', 'errmap', 'scan', '-j', sys.argv[2], '--format', 'json', sys.argv[1]],"
+        " capture_output=True); "
+        "sys.stdout.buffer.write(p.stdout); "
+        "sys.stderr.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))"
+    )
+    proc = subprocess.run([sys.executable, "-c", wrapper, str(path), str(jobs)], capture_output=True, cwd=ROOT, timeout=600)
+    return proc.stdout, int(proc.stderr.decode().strip().splitlines()[-1]) / 1024
+
+
+@pytest.mark.parametrize("shape", ["long lines", "many records"])
+def test_workers_send_what_a_triage_keeps(tmp_path, shape):
+    # With worker processes (a file past PARALLEL_MIN, split past SPLIT_MIN) memory stays bounded as in one process,
+    # and the report is the same: workers cut lines and send repeats and records past the cap by their keys.
+    p = tmp_path / "big.log"
+    with open(p, "w") as f:
+        if shape == "long lines":  # distinct 1 MB error lines, 80 MB: split into byte ranges
+            for i in range(80):
+                f.write(f"RuntimeError: failure {word(i)} " + (word(i) + " ") * ((1 << 20) // (len(word(i)) + 1)) + "\n")
+        else:  # distinct unrecognized records past the cap, and repeats of kept ones, 18 MB: one file per worker
+            for i in range(60_000):
+                f.write(f"ValueError: bad value {word(i % 45_000)} " + "x" * 300 + "\n")
+    one, _ = _scan_with_peak(p, 1)
+    two, peak_mb = _scan_with_peak(p, 2)
+    assert json.loads(two)["unrecognized"] and two == one
+    assert peak_mb < 100, f"peak RSS {peak_mb:.0f} MB"  # 197 MB and 851 MB when workers sent every event whole
