@@ -247,6 +247,7 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
     settings = (lambda: sniffer.settings) if sniffer is not None else (lambda: verify.sniff_file(follow_path))
     probed = _prober(report, settings, data_file, model_dir) if probe else None
     on_new = _live(_console(stderr=passthrough), fmt, report, probed, verbose)
+    status = 0  # 130 or 143 once Ctrl-C or SIGTERM ended the reading
     signal.signal(signal.SIGTERM, _stop)  # a summary on SIGTERM too, as on Ctrl-C
     if not follow_path and sys.stdin is not None and sys.stdin.isatty():
         layout.block(_console(stderr=True), "", _(
@@ -268,12 +269,11 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
     except InputError as exc:
         report.errors.append(exc)
     except (KeyboardInterrupt, _Stopped) as exc:
-        _save_report(report, file_fmt, report_path)
-        _summary(report, fmt, probed, to_stderr=passthrough)
-        sys.exit(143 if isinstance(exc, _Stopped) else 130)
+        status = 143 if isinstance(exc, _Stopped) else 130
+    signal.signal(signal.SIGTERM, _noted)  # a SIGTERM from here on is noted, not raised: the summary is written whole
     _save_report(report, file_fmt, report_path)
     _summary(report, fmt, probed, to_stderr=passthrough)
-    sys.exit(report.exit_code())
+    sys.exit(143 if _noted.seen else status or report.exit_code())
 
 
 class _Stopped(Exception):
@@ -282,6 +282,13 @@ class _Stopped(Exception):
 
 def _stop(_signum: int, _frame: object) -> None:
     raise _Stopped
+
+
+def _noted(_signum: int, _frame: object) -> None:
+    _noted.seen = True
+
+
+_noted.seen = False
 
 
 def _prober(report: Report, settings: Callable[[], dict], data_file: str | None, model_dir: str | None) -> Callable[[Incident], dict]:

@@ -35,8 +35,9 @@ def test_interrupted_watch_reports_everything_read_including_the_unfinished_line
     p.stdin.flush()
     read_until(p.stdout, BF16)  # passthrough echoed it: watch has read every byte
     p.send_signal(sig)
+    p.wait(timeout=60)  # ended by the signal, stdin still open (communicate would close it: end of input)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == status and b"Traceback" not in err
+    assert p.returncode == status and b"Traceback" not in err, err
     doc = json.loads(report.read_text())
     assert {d["errno"] for d in doc["diagnoses"]} == {1012, 1009}
     assert doc["sources"][0]["lines"] == 4
