@@ -270,10 +270,11 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
         report.errors.append(exc)
     except (KeyboardInterrupt, _Stopped) as exc:
         status = 143 if isinstance(exc, _Stopped) else 130
-    signal.signal(signal.SIGTERM, _noted)  # a SIGTERM from here on is noted, not raised: the summary is written whole
+    late: list[int] = []  # a SIGTERM from here on is noted, not raised: the summary is written whole
+    signal.signal(signal.SIGTERM, lambda signum, _frame: late.append(signum))
     _save_report(report, file_fmt, report_path)
     _summary(report, fmt, probed, to_stderr=passthrough)
-    sys.exit(143 if _noted.seen else status or report.exit_code())
+    sys.exit(143 if late else status or report.exit_code())
 
 
 class _Stopped(Exception):
@@ -282,13 +283,6 @@ class _Stopped(Exception):
 
 def _stop(_signum: int, _frame: object) -> None:
     raise _Stopped
-
-
-def _noted(_signum: int, _frame: object) -> None:
-    _noted.seen = True
-
-
-_noted.seen = False
 
 
 def _prober(report: Report, settings: Callable[[], dict], data_file: str | None, model_dir: str | None) -> Callable[[Incident], dict]:

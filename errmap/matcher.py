@@ -520,24 +520,22 @@ class Scanner:
         if len(parts) == 1:
             return []
         folded = len(set(widths[:-1])) == 1 and widths[-1] <= widths[0]
-        for glue in (" ", "") if folded else (" ",):  # wrapped between words, or folded inside one ("KV cach" / "e is needed")
-            joined = glue.join(parts)
-            ids = {i for pat, _ in self.matcher.prefilter.hits(joined.encode()) for i in self.matcher.targets[pat] if i >= 0}
-            breaks = tuple(itertools.accumulate(len(p) + len(glue) for p in parts[:-1]))
-            found = [e for e in self.matcher.match_line(replace(line, text=joined), ids, self._frames, breaks) if isinstance(e, Match)]
-            if found:
-                return found
-        return []
-
+        # wrapped between words, or folded inside one ("KV cach" / "e is needed")
+        return self._rematch(line, ((glue.join(parts), tuple(itertools.accumulate(len(p) + len(glue) for p in parts[:-1])))
+                                    for glue in ((" ", "") if folded else (" ",))))
 
     def _unpadded(self, line: Line) -> list[Match]:
-        """The anchors that match an unknown failure line whose wraps at a terminal's width became runs of blanks
-        (a screen copied whole: "must be evenly divisible      by the number"), each run read as one blank, then as none
-        (a word cut at the edge)."""
-        for glue in (" ", ""):
-            text = PADDED.sub(glue, line.text)
+        """The anchors that match a failure line whose wraps at a terminal's width became runs of blanks (a screen
+        copied whole: "must be evenly divisible      by the number"), each run read as one blank, then as none (a word
+        cut at the edge)."""
+        return self._rematch(line, ((PADDED.sub(glue, line.text), ()) for glue in (" ", "")))
+
+    def _rematch(self, line: Line, readings: Iterable[tuple[str, tuple[int, ...]]]) -> list[Match]:
+        """The anchors that match the first of these readings of a line's text (with the breaks where joined lines
+        begin) that any anchor matches."""
+        for text, breaks in readings:
             ids = {i for pat, _ in self.matcher.prefilter.hits(text.encode()) for i in self.matcher.targets[pat] if i >= 0}
-            found = [e for e in self.matcher.match_line(replace(line, text=text), ids, self._frames) if isinstance(e, Match)]
+            found = [e for e in self.matcher.match_line(replace(line, text=text), ids, self._frames, breaks) if isinstance(e, Match)]
             if found:
                 return found
         return []

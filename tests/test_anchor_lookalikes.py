@@ -84,8 +84,7 @@ def test_an_unknown_model_type_raised_is_1042(matcher):
 
 @pytest.mark.parametrize("notice", [
     # lmdeploy's model check, which then reads config.json itself and serves the model
-    "2025-03-19 20:54:50,520 - lmdeploy - WARNING - supported_models.py:119 - AutoConfig.from_pretrained failed for"
-    " /models/deepseek-vl2-tiny. Exception: " + CHECKPOINT,
+    "lmdeploy - WARNING - supported_models.py - AutoConfig.from_pretrained failed for /models/vl. Exception: " + CHECKPOINT,
     "WARNING AutoConfig.from_pretrained failed for /models/x (" + CHECKPOINT + "); falling back to raw config.json.",
 ])
 def test_a_fallback_notice_quoting_it_is_not(matcher, notice):
