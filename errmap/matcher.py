@@ -334,21 +334,30 @@ class Scanner:
         if self._skipping:
             ends = [i for i in (buf.find(b"\n"), buf.find(b"\r")) if i >= 0]
             if not ends:
-                buf.clear()
+                self._drop(len(buf))
                 return events
-            del buf[: min(ends)]
+            buf = self._drop(min(ends))
             self._skipping = False
         nl = buf.rfind(b"\n")
         end = max(nl, buf.rfind(b"\r", nl + 1))
         if end >= 0:
             events += self._scan(buf, end + 1)
-            del buf[: end + 1]  # the start of a bytearray moves: no copy of what stays
+            buf = self._drop(end + 1)
         if len(buf) > MAX_LINE:
             events += self._scan(buf, MAX_LINE, cut=True)
             self.lines_cut += 1
-            buf.clear()
+            self._drop(len(buf))
             self._skipping = True
         return events
+
+    def _drop(self, n: int) -> bytearray:
+        """The buffer less its first n bytes: in place (the start of a bytearray moves, no copy of what stays), or
+        a copy while the frames of a scan an interrupt ended still hold a view of it."""
+        try:
+            del self._buf[:n]
+        except BufferError:
+            self._buf = self._buf[n:]
+        return self._buf
 
     def finish(self) -> list[Event]:
         """End of input: the last line may lack its newline; a traceback cut before its exception
@@ -358,7 +367,7 @@ class Scanner:
     def flush(self) -> list[Event]:
         """The last line, which may lack its newline."""
         rest = bytes(self._buf)
-        self._buf.clear()
+        self._drop(len(rest))
         return self._scan(rest, len(rest)) if rest else []
 
     def ended(self) -> list[Event]:

@@ -151,3 +151,14 @@ def test_peel_more_launcher_prefixes():
 def test_peel_sglang_prefix_and_indentation():
     assert peel("f", 1, "[2025-03-01 10:00:00 TP0] Scheduler hit an exception").text == "Scheduler hit an exception"
     assert peel("f", 1, "  torch.OutOfMemoryError: CUDA out of memory.").text == "torch.OutOfMemoryError: CUDA out of memory."
+
+
+def test_matching_again_while_an_interrupted_scan_still_holds_a_view_of_the_buffer(m):
+    # An interrupt inside the prefilter leaves its frames (and their view of the buffer) on the traceback while
+    # watch's cleanup matches what was left: the buffer cannot be resized in place then, and must not raise.
+    scanner = m.scanner("t.log")
+    scanner.take(b"errmap-test-marker 1\nerrmap-test-marker 2\npartial")
+    held = memoryview(scanner._buf)  # what the interrupted frame keeps
+    assert markers(scanner.match()) == [(1, "1"), (2, "2")]
+    assert markers(scanner.finish()) == [] and held.tobytes().endswith(b"partial")
+    held.release()
