@@ -1,19 +1,25 @@
 """Following a file like `tail -F`: wait for it, hold partial lines, survive rotation and truncation.
 
-Every generation of the file (each new inode at the path) is opened as soon as it is seen, checked
-on every read, and kept open until it is read to the end: a renamed file is drained until the
-writer has moved to the new one (the new one has data) or it stays quiet for QUIET seconds, so
-logrotate's create mode and delete+recreate lose nothing. Truncation (copytruncate) is seen by
-size and by the file's first bytes changing, even when a burst has already grown it past the read
-offset; it starts again at the top with a notice. Each generation gets its own scanner, so line
-numbers always match the file as it is on disk. A FIFO is read as one stream.
+A reader thread checks the path every 20 ms while data comes (every 0.2 s when quiet) and reads
+ahead of the scanner into a bounded backlog, so a burst the scanner is slow to match is already in
+memory when the file is truncated or replaced. Every generation of the file (each new inode at the path) is opened as soon as it is seen
+and kept open until it is read to the end: a renamed or deleted file is drained until the writer
+has moved to the new one (the new one has data) or it stays quiet for QUIET seconds. Truncation
+(copytruncate) is seen by size and by the first bytes, or the bytes just before the read offset,
+changing, even when a burst has already grown the file past that offset; what was written before it
+and not read yet is read from the rotated copy beside the file when there is one, and counted in a
+warning when there is not. A gap between two checks long enough to hide a whole generation is
+warned about too. The calling thread scans: each generation gets its own scanner, so line numbers
+always match the file as it is on disk. A FIFO is read as one stream.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import BinaryIO
 
@@ -22,9 +28,218 @@ from errmap.scan import OnNew, feed, scan_source
 from errmap.source import CHUNK, InputError, Recoder, Source
 from errmap.triage import Triage
 
-POLL = 0.1  # seconds between checks when the file has no new data
+POLL = 0.02, 0.2  # seconds between checks of the path right after data came, and at most when it is quiet
 QUIET = 1.0  # seconds a rotated file must stay quiet before it counts as finished
+STALL = 1.0  # seconds between two checks after which a file created and removed in between may be missed
 HEAD = 1024  # bytes kept from the top of a generation to recognize it after a copytruncate
+TAIL = 64  # bytes kept from just before the read offset, to the same end
+BACKLOG = 32 << 20  # bytes read ahead of the scanner at most
+MAX_OPEN = 256  # generations held open while the scanner catches up
+SIBLINGS = 1000  # directory entries looked at for the rotated copy of a truncated file
+
+# What the reader tells the scanner, in order: ("data", generation, bytes), ("restart", generation,
+# None) after a truncation, ("end", generation, None), ("notice", None, text), ("error", None, InputError).
+Event = tuple[str, int | None, object]
+
+
+class _Backlog:
+    """Events from the reader to the scanner; `room` says whether the reader may read more."""
+
+    def __init__(self) -> None:
+        self._items: deque[Event] = deque()
+        self._bytes = 0
+        self._ready = threading.Condition()
+
+    def put(self, kind: str, gen: int | None, payload: object = None) -> None:
+        with self._ready:
+            self._items.append((kind, gen, payload))
+            self._bytes += len(payload) if isinstance(payload, bytes) else 0
+            self._ready.notify()
+
+    def get(self, timeout: float) -> Event | None:
+        with self._ready:
+            if not self._items:
+                self._ready.wait(timeout)
+            if not self._items:
+                return None
+            item = self._items.popleft()
+            self._bytes -= len(item[2]) if isinstance(item[2], bytes) else 0
+            return item
+
+    def room(self) -> bool:
+        return self._bytes < BACKLOG
+
+
+class _File:
+    """One open generation of the followed path, as the reader sees it."""
+
+    def __init__(self, f: BinaryIO, key: int):
+        st = os.fstat(f.fileno())
+        self.f, self.key, self.ident = f, key, (st.st_dev, st.st_ino)
+        self.offset, self.seen = 0, 0  # bytes read; the largest size seen
+        self.head, self.tail = b"", b""
+        self.last_data = time.monotonic()
+
+    def size(self) -> int:
+        return os.fstat(self.f.fileno()).st_size
+
+    def read(self) -> bytes:
+        data = os.pread(self.f.fileno(), CHUNK, self.offset)
+        if data:
+            self.offset += len(data)
+            if len(self.head) < HEAD:
+                self.head += data[: HEAD - len(self.head)]
+            self.tail = (self.tail + data)[-TAIL:]
+            self.last_data = time.monotonic()
+        return data
+
+    def truncated(self) -> bool:
+        """Shorter than what was read, or the bytes at its top or before the offset are not the ones read."""
+        fd = self.f.fileno()
+        size = self.size()
+        if (size < self.offset or os.pread(fd, len(self.head), 0) != self.head
+                or os.pread(fd, len(self.tail), self.offset - len(self.tail)) != self.tail):
+            return True
+        self.seen = max(self.seen, size)
+        return False
+
+    def restart(self) -> None:
+        self.offset = self.seen = 0
+        self.head = self.tail = b""
+
+
+class _Reader(threading.Thread):
+    """Watches `path` and reads every generation of it, oldest first, into the backlog."""
+
+    def __init__(self, path: str, backlog: _Backlog):
+        super().__init__(name="errmap-follow", daemon=True)
+        self.path, self.backlog = path, backlog
+        self.stopping = threading.Event()
+        self.files: list[_File] = []  # oldest first; the last is the file now at the path
+        self.keys = 0
+        self.checked = self.gap = 0.0  # when the path was last checked; the time between the last two checks
+
+    def run(self) -> None:
+        try:
+            waited, pause = False, POLL[0]
+            while not self.stopping.is_set():
+                self._watch()
+                if not self.files and not waited:
+                    self.backlog.put("notice", None, f"waiting for {self.path} to appear")
+                    waited = True
+                if self.files and self._step():
+                    pause = POLL[0]
+                else:  # checks slow down while nothing happens
+                    self.stopping.wait(pause)
+                    pause = min(pause * 1.5, POLL[1])
+        except InputError as exc:
+            self.backlog.put("error", None, exc)
+        finally:
+            for file in self.files:
+                file.f.close()
+
+    def _watch(self) -> None:
+        """Open the file at the path if it is a generation not seen yet."""
+        now = time.monotonic()
+        self.gap, self.checked = (now - self.checked if self.checked else 0.0), now
+        ident = _identity(self.path)
+        if ident is None or (self.files and self.files[-1].ident == ident):
+            return
+        if len(self.files) >= MAX_OPEN:
+            return  # the scanner is far behind: the new file waits, still at the path
+        try:
+            f = open(self.path, "rb", buffering=0)
+        except FileNotFoundError:
+            return  # rotated away between stat and open
+        except OSError as exc:
+            raise InputError(self.path, exc.strerror.lower() if exc.strerror else str(exc)) from None
+        file = _File(f, self.keys)
+        if self.files and file.ident == self.files[-1].ident:
+            f.close()
+            return
+        self.keys += 1
+        if self.files:
+            self.backlog.put("notice", None, f"{self.path} was rotated; following the new file")
+            if self.gap > STALL:
+                self.backlog.put("notice", None, (
+                    f"{self.path} was replaced while errmap did not look at it for {self.gap:.1f} s; "
+                    "a file created and removed again in that time was missed"))
+        if file.ident != ident:
+            self.backlog.put("notice", None, (
+                f"{self.path} was replaced more than once between two checks; "
+                "lines written to the one in between may be missed"))
+        self.files.append(file)
+
+    def _step(self) -> bool:
+        """Read the oldest open generation once; False when there was nothing to read."""
+        if not self.backlog.room():
+            return False
+        cur = self.files[0]
+        if len(self.files) == 1 and cur.truncated():
+            self.backlog.put("notice", None, f"{self.path} was truncated; reading again from the top")
+            self._recover(cur)
+            cur.restart()
+            self.backlog.put("restart", cur.key)
+        moved_on = len(self.files) > 1 and self.files[1].size() > 0
+        data = cur.read()
+        if data:
+            self.backlog.put("data", cur.key, data)
+            return True
+        if len(self.files) > 1 and (moved_on or time.monotonic() - cur.last_data >= QUIET):
+            cur.f.close()
+            self.files.pop(0)
+            self.backlog.put("end", cur.key)
+            return True
+        return False
+
+    def _recover(self, cur: _File) -> None:
+        """Read what was written before a truncation and not read yet from the copy made of the file
+        (logrotate's copytruncate), or say how much was lost."""
+        copy = _copy_of(self.path, cur) if cur.head else None
+        if copy is None:
+            if cur.seen > cur.offset:
+                self.backlog.put("notice", None, (
+                    f"{self.path} was truncated before errmap read its last {cur.seen - cur.offset} bytes, "
+                    "and no copy of it was found beside it: the lines in them are missed"))
+            elif self.gap > STALL:
+                self.backlog.put("notice", None, (
+                    f"{self.path} was truncated while errmap did not look at it for {self.gap:.1f} s, and no copy "
+                    "of it was found beside it: lines written in that time may be missed"))
+            return
+        with open(copy, "rb", buffering=0) as f:
+            start = cur.offset
+            while data := os.pread(f.fileno(), CHUNK, start):
+                self.backlog.put("data", cur.key, data)
+                start += len(data)
+        if start > cur.offset:
+            self.backlog.put("notice", None, f"read the last {start - cur.offset} bytes written before the truncation from {copy}")
+
+
+def _copy_of(path: str, cur: _File) -> str | None:
+    """The newest plain file beside `path` that starts with what `cur` read and holds the bytes it read
+    last at the same place: the copy a copytruncate made."""
+    folder = os.path.dirname(path) or "."
+    best: tuple[float, str] | None = None
+    try:
+        with os.scandir(folder) as entries:
+            for n, entry in enumerate(entries):
+                if n >= SIBLINGS:
+                    break
+                try:
+                    if entry.inode() == cur.ident[1] or not entry.is_file() or entry.stat().st_size < cur.offset:
+                        continue
+                    with open(entry.path, "rb", buffering=0) as f:
+                        fd = f.fileno()
+                        same = (os.pread(fd, len(cur.head), 0) == cur.head
+                                and os.pread(fd, len(cur.tail), cur.offset - len(cur.tail)) == cur.tail)
+                    mtime = entry.stat().st_mtime
+                except OSError:
+                    continue
+                if same and (best is None or mtime > best[0]):
+                    best = (mtime, entry.path)
+    except OSError:
+        return None
+    return best[1] if best else None
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -35,53 +250,28 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-class _Generation:
-    """One open inode of the followed path, its scanner and where the last data came."""
+class _Scan:
+    """The scanning side of one generation: its scanner, recoder and lines counted over restarts."""
 
-    def __init__(self, f: BinaryIO, matcher: Matcher, path: str):
-        st = os.fstat(f.fileno())
-        self.f, self.ident = f, (st.st_dev, st.st_ino)
-        self.matcher, self.path = matcher, path
-        self.last_data = time.monotonic()
-        self.lines = 0  # lines read, over every restart (truncation)
-        self._restart()
+    def __init__(self, matcher: Matcher, path: str):
+        self.matcher, self.path, self.lines = matcher, path, 0
+        self._start()
 
-    def _restart(self) -> None:
-        self.scanner, self.recoder, self.head, self.last = self.matcher.scanner(self.path), Recoder(), b"", b""
+    def _start(self) -> None:
+        self.scanner, self.recoder, self.last = self.matcher.scanner(self.path), Recoder(), b""
 
-    def read(self, triage: Triage, on_new: OnNew) -> bool:
-        chunk = self.f.read(CHUNK)
-        if not chunk:
-            return False
-        if len(self.head) < HEAD:
-            self.head += chunk[: HEAD - len(self.head)]
-        self.last, self.last_data = chunk[-1:], time.monotonic()
-        feed(triage, self.scanner.feed(self.recoder.feed(chunk)), on_new)
-        return True
-
-    def drain(self, triage: Triage, on_new: OnNew) -> None:
-        while self.read(triage, on_new):
-            pass
+    def feed(self, data: bytes, triage: Triage, on_new: OnNew) -> None:
+        self.last = data[-1:]
+        feed(triage, self.scanner.feed(self.recoder.feed(data)), on_new)
 
     def finish(self, triage: Triage, on_new: OnNew) -> None:
         feed(triage, self.scanner.feed(self.recoder.finish()), on_new)
         feed(triage, self.scanner.finish(), on_new)
         self.lines += self.scanner.lineno - 1 + (self.last not in (b"\n", b""))
 
-    def truncated(self) -> bool:
-        """Shorter than what was read, or its first bytes are no longer the ones read."""
-        fd = self.f.fileno()
-        if os.fstat(fd).st_size < self.f.tell():
-            return True
-        return bool(self.head) and os.pread(fd, len(self.head), 0) != self.head
-
     def restart(self, triage: Triage, on_new: OnNew) -> None:
         self.finish(triage, on_new)
-        self.f.seek(0)
-        self._restart()
-
-    def size(self) -> int:
-        return os.fstat(self.f.fileno()).st_size
+        self._start()
 
 
 def follow_into(
@@ -90,11 +280,10 @@ def follow_into(
     triage: Triage,
     on_new: OnNew,
     notice: Callable[[str], None],
-    stop: Callable[[], bool] = lambda: False,
     counted: Source | None = None,
 ) -> None:
-    """Feed `path` into `triage` until `stop()` is true or the process is interrupted; the lines read
-    are added to `counted`."""
+    """Feed `path` into `triage` until the process is interrupted; what was read by then is scanned, and
+    the lines read are added to `counted`."""
     if os.path.isdir(path):
         raise InputError(path, "is a directory")
     try:
@@ -109,62 +298,43 @@ def follow_into(
         if source.error:
             raise InputError(path, source.error)
         return
-    gens: list[_Generation] = []  # oldest first; the last is the file now at `path`
-    waited = False
+    backlog = _Backlog()
+    reader = _Reader(path, backlog)
+    scans: dict[int, _Scan] = {}
+
+    def handle(event: Event) -> None:
+        kind, key, payload = event
+        if kind == "notice":
+            notice(str(payload))
+        elif kind == "error":
+            raise payload  # type: ignore[misc]
+        elif kind == "data":
+            if key not in scans:
+                scans[key] = _Scan(matcher, path)
+            scans[key].feed(payload, triage, on_new)  # type: ignore[arg-type]
+        elif key in scans:
+            if kind == "restart":
+                scans[key].restart(triage, on_new)
+            else:  # end
+                scan = scans.pop(key)
+                scan.finish(triage, on_new)
+                if counted is not None:
+                    counted.lines += scan.lines
+
+    reader.start()
     try:
-        while not stop():
-            _open_new(path, matcher, gens, notice)
-            if not gens:
-                if not waited:
-                    notice(f"waiting for {path} to appear")
-                    waited = True
-                time.sleep(POLL)
-                continue
-            cur = gens[0]
-            if len(gens) == 1 and cur.truncated():
-                cur.restart(triage, on_new)
-                notice(f"{path} was truncated; reading again from the top")
-            if cur.read(triage, on_new):
-                continue
-            if len(gens) > 1:
-                # A rotated file is done once the writer uses the new one, or after QUIET seconds.
-                moved_on = gens[1].size() > 0
-                cur.drain(triage, on_new)
-                if moved_on or time.monotonic() - cur.last_data >= QUIET:
-                    cur.finish(triage, on_new)
-                    cur.f.close()
-                    gens.pop(0)
-                    if counted is not None:
-                        counted.lines += cur.lines
-                continue
-            time.sleep(POLL)
-        for gen in gens:
-            gen.drain(triage, on_new)
+        while True:  # waits that end, as a signal may reach the reader thread and leave this one asleep
+            if (event := backlog.get(POLL[1])) is not None:
+                handle(event)
     finally:
-        for gen in gens:
-            gen.finish(triage, on_new)
-            gen.f.close()
-            if counted is not None:
-                counted.lines += gen.lines
-
-
-def _open_new(path: str, matcher: Matcher, gens: list[_Generation], notice: Callable[[str], None]) -> None:
-    """Open the file at `path` if it is a generation not seen yet."""
-    ident = _identity(path)
-    if ident is None or (gens and gens[-1].ident == ident):
-        return
-    try:
-        f = open(path, "rb", buffering=0)
-    except FileNotFoundError:
-        return  # rotated away between stat and open
-    except OSError as exc:
-        raise InputError(path, exc.strerror.lower() if exc.strerror else str(exc)) from None
-    gen = _Generation(f, matcher, path)
-    if gens and gen.ident == gens[-1].ident:
-        f.close()
-        return
-    if gens:
-        notice(f"{path} was rotated; following the new file")
-    if gen.ident != ident:
-        notice(f"{path} was replaced more than once between two checks; lines written to the one in between may be missed")
-    gens.append(gen)
+        reader.stopping.set()
+        reader.join()
+        try:
+            while (event := backlog.get(0)) is not None:  # what was read is scanned
+                if event[0] != "error":
+                    handle(event)
+        finally:
+            for scan in scans.values():
+                scan.finish(triage, on_new)
+                if counted is not None:
+                    counted.lines += scan.lines

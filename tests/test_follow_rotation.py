@@ -1,14 +1,19 @@
-"""watch --follow under writers at 50k lines/s that rotate the file the three ways logrotate and
-friends do; every marker line, and the root cause written at the worst moment, must be seen once."""
+"""watch --follow under writers at 50k lines/s for 20 s that rotate the file every 20,000 lines the ways
+logrotate and friends do: every line must be read once, every marker seen once, and the root cause
+written at the worst moment found. A stopped errmap (SIGSTOP) must recover what a copytruncate left in
+the copy, and warn where lines may have been missed."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,81 +24,187 @@ TRITON = (
     "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 81920, "
     "Hardware limit: 49152. Reducing block sizes or `num_stages` may help."
 )
+STALL_WAIT = 1.5  # seconds errmap is kept stopped: longer than follow.STALL
 
-# Writes `seconds` of 50,000 lines/s in 10 ms batches; every 500th line is a numbered marker.
-# Each 20,000 lines the file is rotated in the mode given; the line right after a rotation is the OOM
-# the first time, so the root cause is exactly where lines used to be lost.
+# 50,000 lines/s in 10 ms batches; every 2000th line is a numbered marker. Every 20,000 lines the file is
+# rotated in the mode given (a truncation is followed by a burst larger than the old size every other
+# time); the line right after the first rotation is the root cause, so it sits exactly where lines used to
+# be lost. Prints the markers, the lines written and the rotations.
 WRITER = textwrap.dedent(
     """
-    import os, sys, time
+    import os, shutil, sys, time
     path, mode, seconds, oom = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
     f = open(path, "w")
-    i, marker, rotations, t0 = 0, 0, 0, time.monotonic()
+    i, marker, rotations, since, t0 = 0, 0, 0, 0, time.monotonic()
+
+    def line():
+        global i, marker
+        i += 1
+        if i % 2000 == 0:
+            marker += 1
+            return f"errmap-test-marker {marker}\\n"
+        return f"step {i} loss 0.{i % 9973:04d}\\n"
+
     while time.monotonic() - t0 < seconds:
-        batch = []
-        for _ in range(500):
-            i += 1
-            if i % 500 == 0:
-                marker += 1
-                batch.append(f"errmap-test-marker {marker}\\n")
-            else:
-                batch.append(f"step {i} loss 0.{i % 9973:04d}\\n")
-        f.write("".join(batch)); f.flush()
-        if i % 20000 == 0:
+        f.write("".join(line() for _ in range(500))); f.flush()
+        since += 500
+        if since >= 20000:
+            since = 0
             rotations += 1
-            extra = (oom + "\\n") if rotations == 1 else ""
-            if mode == "copytruncate":           # copy, truncate, then a burst larger than the old size
-                time.sleep(0.3)
+            extra = [oom + "\\n"] if rotations == 1 else []
+            i += len(extra)
+            if mode in ("copytruncate", "truncate"):
+                if mode == "copytruncate":       # logrotate's copytruncate: a copy, then at once the truncation
+                    shutil.copyfile(path, f"{path}.{rotations}")
+                else:                            # truncated in place ('> file') once errmap had 0.3 s to read
+                    time.sleep(0.3)
                 size = f.tell()
                 f.truncate(0); f.seek(0)
-                burst, n = [], 0
-                while n <= size:
-                    i += 1
-                    burst.append(f"step {i} after truncation\\n")
-                    n += len(burst[-1])
-                f.write(extra + "".join(burst)); f.flush()
+                n = sum(map(len, extra))
+                while rotations % 2 and n <= size:  # a burst larger than the old size: past errmap's read offset
+                    extra.append(line())
+                    n += len(extra[-1])
+                f.write("".join(extra)); f.flush()
             elif mode == "create":               # renamed; the writer keeps writing the old file a while
-                os.replace(path, path + f".{rotations}")
-                time.sleep(0.3)                  # errmap has seen the rename by now
-                f.write(extra); f.flush()
+                os.replace(path, f"{path}.{rotations}")
+                time.sleep(0.3)
+                f.write("".join(extra)); f.flush()
                 for _ in range(5):
                     time.sleep(0.05)
-                    i += 1
-                    f.write(f"step {i} still in the renamed file\\n"); f.flush()
+                    f.write(line()); f.flush()
                 f.close(); f = open(path, "w")
             elif mode == "delete":               # deleted and created again
-                f.write(extra); f.flush(); f.close()
+                f.write("".join(extra)); f.flush(); f.close()
                 os.remove(path); f = open(path, "w")
         time.sleep(0.01)
     f.close()
-    print(marker, i)
+    print(marker, i, rotations)
     """
 )
 
 
-@pytest.mark.parametrize("mode", ["copytruncate", "create", "delete"])
-def test_follow_loses_no_line_under_fast_rotation(tmp_path, mode):
-    log = tmp_path / "train.log"
-    watcher = subprocess.Popen(
+def watcher(log: Path) -> subprocess.Popen:
+    p = subprocess.Popen(
         [sys.executable, "-m", "errmap", "watch", "--follow", str(log), "--kb", USER_KB, "--format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
     )
-    try:
-        first = watcher.stderr.readline().decode()
+    if not log.exists():
+        first = p.stderr.readline().decode()
         assert "waiting for" in first, first
-        writer = subprocess.run([sys.executable, "-c", WRITER, str(log), mode, "6", TRITON],
+    return p
+
+
+def stop(p: subprocess.Popen) -> tuple[dict, str]:
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert b"Traceback" not in err, err.decode()
+    return json.loads(out), err.decode()
+
+
+def settle(p: subprocess.Popen, quiet: float = 2.0, limit: float = 120) -> None:
+    """Wait until errmap has used no CPU for `quiet` seconds: it has read and matched everything."""
+    def cpu() -> int:
+        fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    last, since, start = cpu(), time.monotonic(), time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() - start < limit:
+        time.sleep(0.2)
+        if (now := cpu()) != last:
+            last, since = now, time.monotonic()
+
+
+def marker_counts(doc: dict) -> dict[str, int]:
+    return {d["captures"]["n"]: d["count"] for d in doc["diagnoses"] if d["errno"] == 9001}
+
+
+@pytest.mark.parametrize("mode", ["copytruncate", "truncate", "create", "delete"])
+def test_follow_reads_every_line_under_fast_rotation(tmp_path, mode):
+    log = tmp_path / "train.log"
+    p = watcher(log)
+    try:
+        writer = subprocess.run([sys.executable, "-c", WRITER, str(log), mode, "20", TRITON],
                                 capture_output=True, timeout=120)
         assert writer.returncode == 0, writer.stderr.decode()
-        markers, lines = map(int, writer.stdout.split())
-        print(f"{mode}: {lines} lines in 6 s, {markers} markers")
-        time.sleep(3)
-        watcher.send_signal(signal.SIGINT)
-        out, err = watcher.communicate(timeout=60)
+        markers, lines, rotations = map(int, writer.stdout.split())
+        print(f"{mode}: {lines} lines in 20 s, {markers} markers, {rotations} rotations")
+        settle(p)
+        doc, err = stop(p)
     finally:
-        watcher.kill()
-    assert b"Traceback" not in err, err.decode()
-    doc = json.loads(out)
-    counts = {d["captures"]["n"]: d["count"] for d in doc["diagnoses"] if d["errno"] == 9001}
+        p.kill()
+    assert rotations >= 20 and markers >= 150
+    counts = marker_counts(doc)
     missing = [n for n in range(1, markers + 1) if counts.get(str(n)) != 1]
-    assert markers > 100 and not missing, f"{len(missing)} of {markers} markers missed or doubled: {missing[:10]}"
-    assert 1012 in {d["errno"] for d in doc["diagnoses"]}, err.decode()
+    assert not missing, f"{len(missing)} of {markers} markers missed or doubled: {missing[:10]}\n{err}"
+    assert doc["sources"][0]["lines"] == lines, err
+    assert 1012 in {d["errno"] for d in doc["diagnoses"]}, err
+    assert "missed" not in err, err
+
+
+def test_a_stopped_errmap_reads_what_a_copytruncate_left_in_the_copy(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("banner\n" + "".join(f"step {i}\n" for i in range(1000)))
+    p = watcher(log)
+    try:
+        time.sleep(1)  # read to the end
+        p.send_signal(signal.SIGSTOP)  # a busy machine: errmap gets no CPU while the log is rotated
+        with log.open("a") as f:
+            f.write("".join(f"errmap-test-marker {n}\n" for n in range(1, 4)) + TRITON + "\n")
+        shutil.copyfile(log, tmp_path / "train.log.1")
+        log.write_text("banner\n" + "".join(f"step {i} after\n" for i in range(2000)) + "errmap-test-marker 4\n")
+        time.sleep(STALL_WAIT)
+        p.send_signal(signal.SIGCONT)
+        settle(p)
+        doc, err = stop(p)
+    finally:
+        p.kill()
+    assert set(marker_counts(doc)) == {"1", "2", "3", "4"}, err
+    assert 1012 in {d["errno"] for d in doc["diagnoses"]}, err
+    assert "train.log.1" in err and "truncated" in err
+    assert doc["sources"][0]["lines"] == 1001 + 4 + 2002, err
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["truncated", "replaced"])
+def test_a_stopped_errmap_warns_where_lines_may_have_been_missed(tmp_path, copy):
+    log = tmp_path / "train.log"
+    log.write_text("step 1\n")
+    p = watcher(log)
+    try:
+        time.sleep(1)
+        p.send_signal(signal.SIGSTOP)
+        if copy:  # delete+recreate twice: the generation in between lives only while errmap is stopped
+            for n in (1, 2):
+                log.unlink()
+                log.write_text(f"errmap-test-marker {n}\n")
+        else:  # truncated in place, without a copy, after lines errmap did not read
+            with log.open("a") as f:
+                f.write("errmap-test-marker 1\n")
+            log.write_text("errmap-test-marker 2\n")
+        time.sleep(STALL_WAIT)
+        p.send_signal(signal.SIGCONT)
+        settle(p)
+        doc, err = stop(p)
+    finally:
+        p.kill()
+    assert "2" in marker_counts(doc), err
+    assert "did not look at it for" in err and "missed" in err, err
+
+
+def test_reading_ahead_stays_in_bounded_memory(tmp_path):
+    # 400 MB already there when errmap starts: it reads ahead of the scanner at most follow.BACKLOG bytes
+    log = tmp_path / "big.log"
+    block = "".join(f"step {i} loss 0.{i:04d} lr 1e-5\n" for i in range(10000)).encode()
+    with log.open("wb") as f:
+        while f.tell() < 400 << 20:
+            f.write(block)
+        f.write(b"errmap-test-marker 1\n")
+    p = watcher(log)
+    try:
+        settle(p)
+        peak_mb = int(next(x for x in Path(f"/proc/{p.pid}/status").read_text().splitlines()
+                           if x.startswith("VmHWM")).split()[1]) / 1024
+        doc, err = stop(p)
+    finally:
+        p.kill()
+    assert marker_counts(doc) == {"1": 1}, err
+    assert peak_mb < 150, peak_mb
