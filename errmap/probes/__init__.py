@@ -48,7 +48,7 @@ PROBES: dict[str, str] = {
     "model.chat_template": "whether the model's tokenizer has a chat template",
     "model.vocab": "whether the tokenizer vocabulary fits the model's embedding size",
     "model.type_known": "whether the installed transformers knows the model's model_type",
-    "ckpt.files": "checkpoint files (weights, shards) present in the checkpoint folder",
+    "ckpt.files": "how many checkpoint files (weights, shards) the checkpoint folder holds, and their world sizes",
     # The run
     "run.config": "training settings given after `errmap doctor --` or found in the log",
 }

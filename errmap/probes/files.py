@@ -6,8 +6,10 @@ The model folder is read as plain JSON: no tokenizer library is loaded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -281,10 +283,14 @@ def model_vocab(ctx):
 CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".distcp", ".index.json")
 
 
+_SHARD = re.compile(r"world_size_(\d+)_rank_\d+")
+
+
 @probe("ckpt.files", timeout=5, uses=("captures",))
 def ckpt_files(ctx):
-    """Checkpoint files (weights, shards) in the checkpoint folder named in the log, two levels deep
-    (the first 200). Only checkpoint-shaped names: a log line naming any folder never lists it."""
+    """How many checkpoint files (weights, shards) the checkpoint folder named in the log holds, two
+    levels deep (up to 1000), and the world sizes its shards were saved with. Numbers only: a log
+    line naming any folder never has its file names printed."""
     raw = ctx.capture("ckpt", "checkpoint", "dir", "path")
     if not raw:
         raise Unknown("the log names no checkpoint folder")
@@ -293,16 +299,18 @@ def ckpt_files(ctx):
     if path.is_file() or (not path.exists() and path.suffix):
         named, path = path.name, path.parent  # the log names a file: look at its folder
     if not path.is_dir():
-        return via({"path": str(path), "exists": False, "files": [], "named": named, "named_present": None}, "filesystem")
-    files: list[str] = []
-    for p in sorted(path.iterdir()):
+        return via({"path": str(path), "exists": False, "files": 0, "world_sizes": [], "named": named,
+                    "named_present": None}, "filesystem")
+    names: list[str] = []
+    for p in path.iterdir():
         if p.is_dir():
-            files += [f"{p.name}/{q.name}" for q in sorted(p.iterdir()) if q.name.endswith(CKPT_SUFFIXES)][:50]
+            names += [q.name for q in itertools.islice(p.iterdir(), 1000) if q.name.endswith(CKPT_SUFFIXES)]
         elif p.name.endswith(CKPT_SUFFIXES):
-            files.append(p.name)
-        if len(files) >= 200:
+            names.append(p.name)
+        if len(names) >= 1000:
             break
-    return via({"path": str(path), "exists": True, "files": files[:200], "named": named,
+    sizes = sorted({int(m[1]) for n in names if (m := _SHARD.search(n))})
+    return via({"path": str(path), "exists": True, "files": len(names), "world_sizes": sizes, "named": named,
                 "named_present": (path / named).exists() if named else None}, "filesystem")
 
 
