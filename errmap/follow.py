@@ -118,6 +118,7 @@ class _Reader(threading.Thread):
         self.files: list[_File] = []  # oldest first; the last is the file now at the path
         self.keys = 0
         self.checked = self.gap = 0.0  # when the path was last checked; the time between the last two checks
+        self.full = False  # whether MAX_OPEN files are open
 
     def run(self) -> None:
         try:
@@ -134,6 +135,8 @@ class _Reader(threading.Thread):
                     pause = min(pause * 1.5, POLL[1])
         except InputError as exc:
             self.backlog.put("error", None, exc)
+        except OSError as exc:  # the file cannot be read any more (an I/O error, a lost mount)
+            self.backlog.put("error", None, InputError(self.path, exc.strerror.lower() if exc.strerror else str(exc)))
         finally:
             for file in self.files:
                 file.f.close()
@@ -145,8 +148,13 @@ class _Reader(threading.Thread):
         ident = _identity(self.path)
         if ident is None or (self.files and self.files[-1].ident == ident):
             return
-        if len(self.files) >= MAX_OPEN:
-            return  # the scanner is far behind: the new file waits, still at the path
+        if len(self.files) >= MAX_OPEN:  # the scanner is far behind: the new file waits, still at the path
+            if not self.full:
+                self.backlog.put("notice", None, (
+                    f"errmap is {MAX_OPEN} files of {self.path} behind; a file removed before it is opened is missed"))
+            self.full = True
+            return
+        self.full = False
         try:
             f = open(self.path, "rb", buffering=0)
         except FileNotFoundError:
@@ -206,13 +214,19 @@ class _Reader(threading.Thread):
                     f"{self.path} was truncated while errmap did not look at it for {self.gap:.1f} s, and no copy "
                     "of it was found beside it: lines written in that time may be missed"))
             return
-        with open(copy, "rb", buffering=0) as f:
-            start = cur.offset
-            while data := os.pread(f.fileno(), CHUNK, start):
-                self.backlog.put("data", cur.key, data)
-                start += len(data)
-        if start > cur.offset:
-            self.backlog.put("notice", None, f"read the last {start - cur.offset} bytes written before the truncation from {copy}")
+        try:
+            with open(copy, "rb", buffering=0) as f:
+                start, end = cur.offset, min(os.fstat(f.fileno()).st_size, cur.offset + BACKLOG)
+                while start < end and (data := os.pread(f.fileno(), min(CHUNK, end - start), start)):
+                    self.backlog.put("data", cur.key, data)
+                    start += len(data)
+                left = os.fstat(f.fileno()).st_size - start
+        except OSError:
+            return  # the copy went away (compressed, rotated on): what was read of it stays
+        if start > cur.offset or left > 0:
+            self.backlog.put("notice", None, (
+                f"read the last {start - cur.offset} bytes written before the truncation from {copy}"
+                + (f"; {left} more were not read (errmap was too far behind)" if left > 0 else "")))
 
 
 def _copy_of(path: str, cur: _File) -> str | None:
