@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import BinaryIO
 
+from errmap.i18n import _
 from errmap.matcher import Matcher
 from errmap.scan import OnNew, feed, scan_source
 from errmap.source import CHUNK, InputError, Recoder, Source
@@ -126,7 +127,7 @@ class _Reader(threading.Thread):
             while not self.stopping.is_set():
                 self._watch()
                 if not self.files and not waited:
-                    self.backlog.put("notice", None, f"waiting for {self.path} to appear")
+                    self.backlog.put("notice", None, _("waiting for {path} to appear").format(path=self.path))
                     waited = True
                 if self.files and self._step():
                     pause = POLL[0]
@@ -151,7 +152,8 @@ class _Reader(threading.Thread):
         if len(self.files) >= MAX_OPEN:  # the scanner is far behind: the new file waits, still at the path
             if not self.full:
                 self.backlog.put("notice", None, (
-                    f"errmap is {MAX_OPEN} files of {self.path} behind; a file removed before it is opened is missed"))
+                    _("errmap is {n} files of {path} behind; a file removed before it is opened is missed")
+                    .format(n=MAX_OPEN, path=self.path)))
             self.full = True
             return
         self.full = False
@@ -167,15 +169,15 @@ class _Reader(threading.Thread):
             return
         self.keys += 1
         if self.files:
-            self.backlog.put("notice", None, f"{self.path} was rotated; following the new file")
+            self.backlog.put("notice", None, _("{path} was rotated; following the new file").format(path=self.path))
             if self.gap > STALL:
                 self.backlog.put("notice", None, (
-                    f"{self.path} was replaced while errmap did not look at it for {self.gap:.1f} s; "
-                    "a file created and removed again in that time was missed"))
+                    _("{path} was replaced while errmap did not look at it for {seconds} s; a file created and "
+                      "removed again in that time would have been missed").format(path=self.path, seconds=f"{self.gap:.1f}")))
         if file.ident != ident:
             self.backlog.put("notice", None, (
-                f"{self.path} was replaced more than once between two checks; "
-                "lines written to the one in between may be missed"))
+                _("{path} was replaced more than once between two checks; lines written to the one in between may "
+                  "be missed").format(path=self.path)))
         self.files.append(file)
 
     def _step(self) -> bool:
@@ -184,7 +186,7 @@ class _Reader(threading.Thread):
             return False
         cur = self.files[0]
         if len(self.files) == 1 and cur.truncated():
-            self.backlog.put("notice", None, f"{self.path} was truncated; reading again from the top")
+            self.backlog.put("notice", None, _("{path} was truncated; reading again from the top").format(path=self.path))
             self._recover(cur)
             cur.restart()
             self.backlog.put("restart", cur.key)
@@ -207,12 +209,13 @@ class _Reader(threading.Thread):
         if copy is None:
             if cur.seen > cur.offset:
                 self.backlog.put("notice", None, (
-                    f"{self.path} was truncated before errmap read its last {cur.seen - cur.offset} bytes, "
-                    "and no copy of it was found beside it: the lines in them are missed"))
+                    _("{path} was truncated before errmap read its last {n} bytes, and no copy of it was found "
+                      "beside it: the lines in them are missed").format(path=self.path, n=cur.seen - cur.offset)))
             elif self.gap > STALL:
                 self.backlog.put("notice", None, (
-                    f"{self.path} was truncated while errmap did not look at it for {self.gap:.1f} s, and no copy "
-                    "of it was found beside it: lines written in that time may be missed"))
+                    _("{path} was truncated while errmap did not look at it for {seconds} s, and no copy of it was "
+                      "found beside it: lines written in that time may be missed")
+                    .format(path=self.path, seconds=f"{self.gap:.1f}")))
             return
         try:
             with open(copy, "rb", buffering=0) as f:
@@ -225,8 +228,9 @@ class _Reader(threading.Thread):
             return  # the copy went away (compressed, rotated on): what was read of it stays
         if start > cur.offset or left > 0:
             self.backlog.put("notice", None, (
-                f"read the last {start - cur.offset} bytes written before the truncation from {copy}"
-                + (f"; {left} more were not read (errmap was too far behind)" if left > 0 else "")))
+                _("read the last {n} bytes written before the truncation from {copy}")
+                .format(n=start - cur.offset, copy=copy)
+                + (_("; {n} more were not read (errmap was too far behind)").format(n=left) if left > 0 else "")))
 
 
 def _copy_of(path: str, cur: _File) -> str | None:

@@ -208,3 +208,20 @@ def test_reading_ahead_stays_in_bounded_memory(tmp_path):
         p.kill()
     assert marker_counts(doc) == {"1": 1}, err
     assert peak_mb < 150, peak_mb
+
+
+def test_notices_speak_the_users_language(tmp_path):
+    log = tmp_path / "train.log"
+    p = subprocess.Popen([sys.executable, "-m", "errmap", "watch", "--follow", str(log)], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "ERRMAP_LANG": "zh"})
+    try:
+        assert "等待" in p.stderr.readline().decode()
+        log.write_text("step 1\n")
+        time.sleep(1)
+        log.unlink()
+        log.write_text("step 2\n")
+        assert "已轮转" in p.stderr.readline().decode()
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+    finally:
+        p.kill()
