@@ -294,6 +294,7 @@ def _prober(report: Report, settings: Callable[[], dict], data_file: str | None,
         if inc.fingerprint not in report.extra:
             if prober is None:
                 prober = verify.prober_for(settings(), data_file, model_dir)
+            if report.probed_gpu is None and verify.reads_gpu(inc.entry):
                 report.probed_gpu = verify.probed_gpu(prober)
             report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()
         return report.extra[inc.fingerprint]

@@ -296,9 +296,16 @@ def probed_gpu(prober: Prober):
     return from_probe(prober.fact("gpu.names", ctx), prober.fact("gpu.capability", ctx))
 
 
+def reads_gpu(entry: Entry) -> bool:
+    """Whether an entry's probes or checks read this machine's GPU: only then is the GPU probed (torch's import
+    alone costs seconds and about 180 MB)."""
+    return any(name.startswith("gpu.") for name in [*entry.probes, *(c.probe for c in entry.checks)])
+
+
 def attach(report, prober: Prober) -> None:
-    """Put verdict, verdict_reasons and facts of each incident into the report, and this machine's GPU."""
-    if report.triage.incidents:
+    """Put verdict, verdict_reasons and facts of each incident into the report, and this machine's GPU when a
+    diagnosis reads it."""
+    if any(reads_gpu(inc.entry) for inc in report.triage.incidents.values()):
         report.probed_gpu = probed_gpu(prober)
     for inc in report.triage.ranked():
         report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from errmap.kb import Entry
 from errmap.probes.base import Fact
 from errmap.verify import decide
 
-from conftest import CATALOG, errmap
+from conftest import CATALOG, ROOT, errmap
 from probe_files import preference_parquet, verl_parquet
 
 ANCHOR = [{"literal": "boom", "regex": r"boom (?P<n>\d+) (?P<col>\w+)", "source": "test"}]
@@ -313,3 +315,16 @@ def test_every_catalog_code_with_probes_has_a_rule_case():
         pytest.skip(f"{CATALOG} is not in this checkout")
     codes = {c["errno"] for c in yaml.safe_load(CATALOG.read_text())["codes"] if c.get("probes")}
     assert codes <= {c[0] for c in RULE_CASES}
+
+
+@pytest.mark.parametrize("code, torch_read", [("1046", False), ("1012", True)])
+def test_the_gpu_is_probed_only_for_a_diagnosis_that_reads_it(code, torch_read):
+    # a checkpoint error's probes read files: --probe answers without importing torch (seconds, ~180 MB);
+    # Triton's shared-memory error reads the GPU, so this machine's GPU is probed (torch first)
+    pytest.importorskip("torch")
+    log = sorted((ROOT / "fixtures" / code).glob("*.log"))[0]
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "errmap", "scan", "--probe", "--format", "json",
+                           str(log)], capture_output=True, cwd=ROOT, timeout=300)
+    assert json.loads(proc.stdout)["diagnoses"][0]["errno"] == int(code)
+    imported = {row.rsplit("|", 1)[-1].strip() for row in proc.stderr.decode().splitlines() if "|" in row}
+    assert ("torch" in imported) is torch_read
