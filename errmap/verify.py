@@ -49,6 +49,11 @@ class Verdict:
         }
 
 
+def probe_names(entry: Entry) -> list[str]:
+    """The probes an entry reads: those it lists and those its checks compare, each once."""
+    return list(dict.fromkeys([*entry.probes, *(c.probe for c in entry.checks), *(c.against for c in entry.checks if c.against)]))
+
+
 class Prober:
     """Runs probes for diagnoses; facts about the machine alone are read once per run."""
 
@@ -73,8 +78,7 @@ class Prober:
 
     def verify(self, entry: Entry, captures: dict[str, str]) -> Verdict:
         ctx = self.context(captures)
-        names = list(dict.fromkeys([*entry.probes, *(c.probe for c in entry.checks), *(c.against for c in entry.checks if c.against)]))
-        facts = {n: self.fact(n, ctx) for n in names}
+        facts = {n: self.fact(n, ctx) for n in probe_names(entry)}
         return decide(entry, captures, facts)
 
 
@@ -299,7 +303,7 @@ def probed_gpu(prober: Prober):
 def reads_gpu(entry: Entry) -> bool:
     """Whether an entry's probes or checks read this machine's GPU: only then is the GPU probed (torch's import
     alone costs seconds and about 180 MB)."""
-    return any(name.startswith("gpu.") for name in [*entry.probes, *(c.probe for c in entry.checks)])
+    return any(name.startswith("gpu.") for name in probe_names(entry))
 
 
 def attach(report, prober: Prober) -> None:

@@ -141,38 +141,46 @@ def test_follow_reads_every_line_under_fast_rotation(tmp_path, mode):
     assert "missed" not in err, err
 
 
-def test_a_stopped_errmap_reads_what_a_copytruncate_left_in_the_copy(tmp_path):
-    log = tmp_path / "train.log"
-    log.write_text("banner\n" + "".join(f"step {i}\n" for i in range(1000)))
+def rotated_while_stopped(log: Path, rotate) -> tuple[dict, str]:
+    """Follow `log`, stop errmap (a busy machine: no CPU for it) while `rotate()` changes the file for longer
+    than follow.STALL, let it go on, and return its report once it has caught up."""
     p = watcher(log)
     try:
         time.sleep(1)  # read to the end
-        p.send_signal(signal.SIGSTOP)  # a busy machine: errmap gets no CPU while the log is rotated
+        p.send_signal(signal.SIGSTOP)
+        rotate()
+        time.sleep(STALL_WAIT)
+        p.send_signal(signal.SIGCONT)
+        settle(p)
+        return stop(p)
+    finally:
+        p.kill()
+
+
+def test_a_stopped_errmap_reads_what_a_copytruncate_left_in_the_copy(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("banner\n" + "".join(f"step {i}\n" for i in range(1000)))
+
+    def copytruncate():
         with log.open("a") as f:
             f.write("".join(f"errmap-test-marker {n}\n" for n in range(1, 4)) + TRITON + "\n")
         shutil.copyfile(log, tmp_path / "train.log.1")
         log.write_text("banner\n" + "".join(f"step {i} after\n" for i in range(2000)) + "errmap-test-marker 4\n")
-        time.sleep(STALL_WAIT)
-        p.send_signal(signal.SIGCONT)
-        settle(p)
-        doc, err = stop(p)
-    finally:
-        p.kill()
+
+    doc, err = rotated_while_stopped(log, copytruncate)
     assert set(marker_counts(doc)) == {"1", "2", "3", "4"}, err
     assert 1012 in {d["errno"] for d in doc["diagnoses"]}, err
     assert "train.log.1" in err and "truncated" in err
     assert doc["sources"][0]["lines"] == 1001 + 4 + 2002, err
 
 
-@pytest.mark.parametrize("copy", [False, True], ids=["truncated", "replaced"])
-def test_a_stopped_errmap_warns_where_lines_may_have_been_missed(tmp_path, copy):
+@pytest.mark.parametrize("mode", ["truncated", "replaced"])
+def test_a_stopped_errmap_warns_where_lines_may_have_been_missed(tmp_path, mode):
     log = tmp_path / "train.log"
     log.write_text("step 1\n")
-    p = watcher(log)
-    try:
-        time.sleep(1)
-        p.send_signal(signal.SIGSTOP)
-        if copy:  # delete+recreate twice: the generation in between lives only while errmap is stopped
+
+    def rotate():
+        if mode == "replaced":  # delete+recreate twice: the file in between lives only while errmap is stopped
             for n in (1, 2):
                 log.unlink()
                 log.write_text(f"errmap-test-marker {n}\n")
@@ -180,12 +188,8 @@ def test_a_stopped_errmap_warns_where_lines_may_have_been_missed(tmp_path, copy)
             with log.open("a") as f:
                 f.write("errmap-test-marker 1\n")
             log.write_text("errmap-test-marker 2\n")
-        time.sleep(STALL_WAIT)
-        p.send_signal(signal.SIGCONT)
-        settle(p)
-        doc, err = stop(p)
-    finally:
-        p.kill()
+
+    doc, err = rotated_while_stopped(log, rotate)
     assert "2" in marker_counts(doc), err
     assert "did not look at it for" in err and "missed" in err, err
 
