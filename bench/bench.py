@@ -3,10 +3,12 @@
     python bench/bench.py                 # 1, 2 and 4 GB logs (needs ~4 GB free disk at a time)
     python bench/bench.py --sizes 0.25    # a quick run
 
-Two logs are built from the project's own fixtures, with one real error line from fixtures/<errno>/
+Three logs are built from the project's own fixtures, with one real error line from fixtures/<errno>/
 every so many lines:
 - near-miss: every line of fixtures/clean/ alike (benign warnings full of the words anchors look
   for), an error every 50,000 lines;
+- near-miss-stamped: the same with each line stamped with its own time, as a logger would, so that no line comes
+  again (a scanner remembers the lines that gave nothing: here it never meets one twice);
 - realistic: the routine lines of those logs (verl/vLLM/Ray/NCCL INFO lines, tqdm bars, HF and verl
   metrics, Ray's ANSI colours), an error every 200,000 lines.
 Each is scanned by `rg -F -f <errmap's literals>` and by errmap (stage one with the anchors' supersets,
@@ -39,7 +41,7 @@ from errmap import kb as kbmod  # noqa: E402
 from errmap.matcher import Matcher, scan_chunks  # noqa: E402
 
 GB = 1 << 30
-PROFILES = {"near-miss": 50_000, "realistic": 200_000}  # one error line per this many lines
+PROFILES = {"near-miss": 50_000, "near-miss-stamped": 50_000, "realistic": 200_000}  # one error line per this many lines
 # Routine output: INFO records, progress bars, step metrics.
 ROUTINE = re.compile(rb"INFO|it/s|s/it|\d+/\d+ \[|loss|reward|grad_norm|step|throughput")
 RG_REGEX_CAP = 120  # seconds
@@ -76,10 +78,12 @@ def make_log(path: Path, size: int, seed: int = 7, profile: str = "near-miss") -
     every = PROFILES[profile]
     errors = error_lines()
     block = bytearray()
-    n_errors = 0
+    n_errors = n = 0
     while len(block) < 16 << 20:
         for _ in range(every):
-            block += healthy[rng.randrange(len(healthy))]
+            n += 1  # stamped: each line its own time, as a logger's, so no line comes again soon
+            block += (b"2026-12-04 %02d:%02d:%02d.%06d " % (n // 3600 % 24, n // 60 % 60, n % 60, n) if profile ==
+                      "near-miss-stamped" else b"") + healthy[rng.randrange(len(healthy))]
         block += errors[rng.randrange(len(errors))]
         n_errors += 1
     written = errs = 0
@@ -244,10 +248,10 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"machine: {result['machine']}")
-    print(f"{'log':>10} {'size GB':>8} {'cand/GB':>8} {'engine':>18} {'jobs':>4} {'errmap s':>9} {'rg -F s':>8} {'ratio':>6} {'MB/s':>6} {'s/GB':>6} {'peak MB':>8}")
+    print(f"{'log':>17} {'size GB':>8} {'cand/GB':>8} {'engine':>18} {'jobs':>4} {'errmap s':>9} {'rg -F s':>8} {'ratio':>6} {'MB/s':>6} {'s/GB':>6} {'peak MB':>8}")
     for r in rows:
         for e in r["errmap"]:
-            print(f"{r['profile']:>10} {r['size_gb']:>8} {r['candidate_lines_per_gb']:>8} {e['engine']:>18} {e['jobs']:>4} {e['errmap_s']:>9} {r['rg_literals_s']:>8} {e['ratio_to_rg_literals']:>6} {e['mb_per_s']:>6} {e['s_per_gb']:>6} {e['peak_mb']:>8}")
+            print(f"{r['profile']:>17} {r['size_gb']:>8} {r['candidate_lines_per_gb']:>8} {e['engine']:>18} {e['jobs']:>4} {e['errmap_s']:>9} {r['rg_literals_s']:>8} {e['ratio_to_rg_literals']:>6} {e['mb_per_s']:>6} {e['s_per_gb']:>6} {e['peak_mb']:>8}")
     print(f"rg -f with {result['rg_patterns']}, on the first size: {rows[0].get('rg_regex_s')}")
     w = result["watch_latency"]
     print(f"watch latency over {w['n']} lines: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")

@@ -11,7 +11,7 @@ with no facts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,7 @@ def table() -> Table:
         return Table({}, ())
 
 
+@lru_cache(maxsize=1024)  # a line that names none may come again and again (a startup banner every rank prints)
 def named_in(raw: bytes) -> str | None:
     """The GPU a line names (its bytes, prefixes and all): a known model, or the name in an nvidia-smi
     table row. Cheap byte tests first: most lines that reach here name none."""

@@ -3,7 +3,8 @@
 Stage one runs one multi-literal automaton (see prefilter.py) over whole chunks to find every anchor's required
 literal; with Hyperscan, the lines that hold a hit then go, joined, through one database of every anchor's pattern
 as a byte-level superset (superset.py), so only the anchors that may really match a line are left for it. Stage two
-decodes only the lines with something left, peels their prefixes and runs those anchors' full patterns there.
+decodes only the lines with something left, peels their prefixes and runs those anchors' full patterns there. A
+scanner remembers the lines that gave nothing (their bytes), so a line repeated goes no further than stage one.
 Line numbers come from counting newlines in the skipped bytes.
 `\r` ends a line segment (tqdm bars) but only `\n` advances the line number, as in an editor.
 """
@@ -37,6 +38,10 @@ REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
 # shapes below are linear, so they run without a timeout, which triples a regex call's cost; anchors
 # from a user's KB (errno 9000-9999) keep REGEX_TIMEOUT.
 MAX_TIMEOUTS = 3  # an anchor that times out on this many lines is switched off for the run
+# A scanner remembers the lines that gave nothing, so that a line repeated (a warning every rank prints at every step)
+# is matched once: at most this many, of at most this many bytes each (then it forgets them all at once).
+UNMATCHED, UNMATCHED_MAX = 4096, 2048
+_UNSEEN = object()
 
 # Lines that look like a failure even when no anchor knows them: the last line of a Python
 # traceback, a C++ terminate, a fatal interpreter error, a process killed by a signal (as the shell,
@@ -184,6 +189,8 @@ class Matcher:
         self.recorded = {_FRAME, _TRACEBACK, _GPU, *(_STACK - k for k in range(len(STACK_LITERALS)))}
         # stage-one literals that only name a stack: the first in a block names it, those after have nothing to say
         self.names = {k: _STACKS[_STACK - i] for k, (i, *more) in enumerate(self.targets) if not more and i <= _STACK}
+        # anchors whose result on a line depends on more than the line: a frame rule, a user's anchor (its timeouts count)
+        self.contextual = {i for i, (e, a) in enumerate(self.anchors) if a.frames is not None or e.errno in USER_RANGE}
         self.prefilter = build(self.literals, once=frozenset(self.names))
         # The supersets: the database, the id each pattern stands for, and the ids that have one (`gate`).
         self.supersets: Hyperscan | None = None
@@ -317,6 +324,8 @@ class Scanner:
     _open: tuple[int, bytes] | None = field(default=None, repr=False)  # a traceback header no failure has followed yet
     _stacks: set[str] = field(default_factory=set, repr=False)  # stacks named so far
     _gpu: bool = field(default=False, repr=False)  # whether a GPU was named yet
+    # lines (their bytes) that gave nothing and recorded nothing -> whether one may end a traceback (failure-shaped)
+    _unmatched: dict[bytes, bool | None] = field(default_factory=dict, repr=False)
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[Event]:
         self.take(chunk)
@@ -408,16 +417,39 @@ class Scanner:
             r = block.find(b"\r", stop, e)
             e = r if r >= 0 else e
             hits[s] = (e, set(targets[pat]))
-        # "Error" inside a word or a metric name: no exception line, no decoding
-        starts = [s for s in sorted(hits) if hits[s][1] != _GENERIC_ONLY or _failure_shaped(block[s:hits[s][0]])]
+        # the lines that may be remembered (their bytes), and those that gave nothing before but may end a traceback
+        keys = {} if cut else {s: bytes(block[s:e]) for s, (e, _) in hits.items() if e - s <= UNMATCHED_MAX}
+        again: set[int] = set()
+        unmatched = self._unmatched
+        for s, key in keys.items() if unmatched else ():
+            if (shaped := unmatched.get(key, _UNSEEN)) is not _UNSEEN:
+                if shaped is None:  # read once, when the line comes again
+                    shaped = unmatched[key] = _failure_shaped(_raw(key))
+                if shaped:
+                    again.add(s)
+                else:
+                    del hits[s]  # nothing to do
+        starts = []
+        for s in sorted(hits):
+            e, ids = hits[s]
+            if ids == _GENERIC_ONLY and not _failure_shaped(block[s:e]):
+                self._remember(keys.get(s), False)  # "Error" inside a word or a metric name: no exception line
+                continue
+            starts.append(s)
         raws: dict[int, bytes] = {}  # line start -> its bytes less escapes, for the lines read so far
-        narrowed = self._narrow(block, starts, hits, raws) if m.supersets is not None else {}
+        narrowed = self._narrow(block, [s for s in starts if s not in again], hits, raws) if m.supersets is not None else {}
         events: list[Event] = []
         pos, lineno = 0, self.lineno
         for s in starts:
             e, ids = hits[s]
+            if s in again:
+                if self._open is None:
+                    continue
+                if m.supersets is not None:  # it may end the open traceback
+                    narrowed.update(self._narrow(block, [s], hits, raws))
             tried = narrowed.get(s, ids)
             if self._open is None and ids.isdisjoint(m.recorded) and tried <= m.recorded:
+                self._remember(keys.get(s))
                 continue  # nothing to record and no anchor left: not even its line number is needed
             lineno += block.count(b"\n", pos, s)
             pos = s
@@ -444,13 +476,19 @@ class Scanner:
                 closes = not line.quoted  # a frame's quoted `raise X(` source line is not
                 if closes:
                     self._open = None
+            # a line whose result depends on the line alone, which may be remembered (the same bytes: the same result)
+            key = None if closes or not ids.isdisjoint(m.recorded) or not tried.isdisjoint(m.contextual) else keys.get(s)
+            if key in self._unmatched:
+                continue  # this line again: it gave nothing
             if tried <= m.recorded and not closes:
+                self._remember(key)
                 continue  # no superset matched: no anchor can
             line = line or peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
             found = m.match_line(line, tried, self._frames)
             if len(found) == 1 and isinstance(found[0], Unrecognized) or not found and line.quiet and not line.quoted \
                     and _GENERIC in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
                 found = self._continued(block, limit, e, line) or found
+                key = None  # the lines after it had a say
             if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
                 found = self._unpadded(line) or found
             if not found and closes and not line.quiet and not GENERIC.match(line.text) \
@@ -459,10 +497,20 @@ class Scanner:
                 found = [Unrecognized(line, x["type"], x["message"].strip(), x["inner"])]
             if found:
                 self._open = None
+            else:
+                self._remember(key)
             events += found
         if not cut:
             self.lineno = lineno + block.count(b"\n", pos, limit)
         return events
+
+    def _remember(self, line: bytes | None, shaped: bool | None = None) -> None:
+        """A line (its bytes, None for one that cannot be remembered) that gave nothing and recorded nothing, and
+        whether it may end a traceback (None: not read yet)."""
+        if line is not None:
+            if len(self._unmatched) >= UNMATCHED:
+                self._unmatched.clear()
+            self._unmatched[line] = shaped
 
     def _narrow(self, block: bytes, starts: list[int], hits: dict[int, tuple[int, set[int]]],
                 raws: dict[int, bytes]) -> dict[int, set[int]]:

@@ -162,3 +162,25 @@ def test_matching_again_while_an_interrupted_scan_still_holds_a_view_of_the_buff
     assert markers(scanner.match()) == [(1, "1"), (2, "2")]
     assert markers(scanner.finish()) == [] and held.tobytes().endswith(b"partial")
     held.release()
+
+
+def test_a_line_that_gave_nothing_is_matched_once_however_often_it_comes(m, monkeypatch):
+    """torchvision's harmless warning quotes 1007's message (its guard says so): a scanner that met it once skips it."""
+    log = Path(__file__).parent.parent / "fixtures" / "clean" / "platform-torchvision-image-extension-warning.log"
+    warning = log.read_bytes().splitlines()[1] + b"\n"
+    assert b"undefined symbol" in warning
+    tried = []
+    match_line = m.match_line
+    monkeypatch.setattr(m, "match_line", lambda line, *a, **k: tried.append(line.lineno) or match_line(line, *a, **k))
+    data = warning * 500 + b"errmap-test-marker 7\n" + warning * 500
+    assert markers(events(m, data, chunk=4096)) == [(501, "7")]
+    assert tried == [1, 501]  # the warning once, the marker once
+
+
+def test_a_remembered_line_still_ends_a_traceback(m):
+    """A line that gave nothing (a logger's prefix before an exception line) is read again where it ends a traceback."""
+    line = b"wandb: FrobnicatorError: the widget came apart\n"
+    tb = b'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    main()\n'
+    evs = events(m, line * 3 + tb + line + line, chunk=32)  # the line again in later chunks
+    assert [(e.line.lineno, e.type, e.message) for e in evs if isinstance(e, Unrecognized)] == \
+        [(7, "FrobnicatorError", "the widget came apart")]
