@@ -423,8 +423,9 @@ class Scanner:
         unmatched = self._unmatched
         for s, key in keys.items() if unmatched else ():
             if (shaped := unmatched.get(key, _UNSEEN)) is not _UNSEEN:
-                if shaped is None:  # read once, when the line comes again
-                    shaped = unmatched[key] = _failure_shaped(_raw(key))
+                if shaped is None:  # read once, when the line comes again (as the lines below read it)
+                    shaped = unmatched[key] = _failure_shaped(_raw(key)) and (
+                        hits[s][1] != _GENERIC_ONLY or _failure_shaped(key))
                 if shaped:
                     again.add(s)
                 else:
@@ -432,7 +433,7 @@ class Scanner:
         starts = []
         for s in sorted(hits):
             e, ids = hits[s]
-            if ids == _GENERIC_ONLY and not _failure_shaped(block[s:e]):
+            if ids == _GENERIC_ONLY and s not in again and not _failure_shaped(block[s:e]):
                 self._remember(keys.get(s), False)  # "Error" inside a word or a metric name: no exception line
                 continue
             starts.append(s)
