@@ -39,8 +39,9 @@ REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
 # from a user's KB (errno 9000-9999) keep REGEX_TIMEOUT.
 MAX_TIMEOUTS = 3  # an anchor that times out on this many lines is switched off for the run
 # A scanner remembers the lines that gave nothing, so that a line repeated (a warning every rank prints at every step)
-# is matched once: at most this many, of at most this many bytes each (then it forgets them all at once).
-UNMATCHED, UNMATCHED_MAX = 4096, 2048
+# is matched once: lines of at most UNMATCHED_MAX bytes, at most UNMATCHED of them and UNMATCHED_BYTES in all (then it
+# forgets them all at once).
+UNMATCHED, UNMATCHED_MAX, UNMATCHED_BYTES = 4096, 2048, 1 << 20
 _UNSEEN = object()
 
 # Lines that look like a failure even when no anchor knows them: the last line of a Python
@@ -326,6 +327,7 @@ class Scanner:
     _gpu: bool = field(default=False, repr=False)  # whether a GPU was named yet
     # lines (their bytes) that gave nothing and recorded nothing -> whether one may end a traceback (failure-shaped)
     _unmatched: dict[bytes, bool | None] = field(default_factory=dict, repr=False)
+    _unmatched_bytes: int = field(default=0, repr=False)
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[Event]:
         self.take(chunk)
@@ -509,8 +511,10 @@ class Scanner:
         """A line (its bytes, None for one that cannot be remembered) that gave nothing and recorded nothing, and
         whether it may end a traceback (None: not read yet)."""
         if line is not None:
-            if len(self._unmatched) >= UNMATCHED:
+            self._unmatched_bytes += len(line)
+            if len(self._unmatched) >= UNMATCHED or self._unmatched_bytes > UNMATCHED_BYTES:
                 self._unmatched.clear()
+                self._unmatched_bytes = len(line)
             self._unmatched[line] = shaped
 
     def _narrow(self, block: bytes, starts: list[int], hits: dict[int, tuple[int, set[int]]],

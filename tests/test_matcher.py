@@ -184,3 +184,15 @@ def test_a_remembered_line_still_ends_a_traceback(m):
     evs = events(m, line * 3 + tb + line + line, chunk=32)  # the line again in later chunks
     assert [(e.line.lineno, e.type, e.message) for e in evs if isinstance(e, Unrecognized)] == \
         [(7, "FrobnicatorError", "the widget came apart")]
+
+
+def test_the_lines_a_scanner_remembers_are_bounded(m):
+    """Distinct lines that gave nothing, short and long: the scanner's memory of them stays within its bounds."""
+    from errmap import matcher
+
+    sc = m.scanner("t.log")
+    for i in range(3 * matcher.UNMATCHED):
+        sc.feed(b"grad_Error_norm %d\n" % i + b"x" * (i % 3 * 900) + b" Error_rate %d\n" % i)
+        assert len(sc._unmatched) <= matcher.UNMATCHED
+        assert sum(map(len, sc._unmatched)) <= matcher.UNMATCHED_BYTES
+    assert sc._unmatched  # it did remember
