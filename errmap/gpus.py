@@ -117,10 +117,15 @@ def table() -> Table:
         return Table({}, ())
 
 
-@lru_cache(maxsize=1024)  # a line that names none may come again and again (a startup banner every rank prints)
 def named_in(raw: bytes) -> str | None:
     """The GPU a line names (its bytes, prefixes and all): a known model, or the name in an nvidia-smi
-    table row. Cheap byte tests first: most lines that reach here name none."""
+    table row. A short line's answer is kept: one that names none may come from every rank at every start."""
+    return _named_in(raw) if len(raw) <= 2048 else _named_in.__wrapped__(raw)  # at most 1024 lines of 2 KB kept
+
+
+@lru_cache(maxsize=1024)
+def _named_in(raw: bytes) -> str | None:
+    """named_in, uncached. Cheap byte tests first: most lines that reach here name none."""
     if any(lit in raw for lit in _NAMED) and (m := table().finder.search(raw.decode("utf-8", "replace"))) is not None:
         return m["name"]
     if len(raw) <= SMI_ROW_MAX and (b" Off |" in raw or b" On |" in raw):
