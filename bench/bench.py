@@ -3,12 +3,14 @@
     python bench/bench.py                 # 1, 2 and 4 GB logs (needs ~4 GB free disk at a time)
     python bench/bench.py --sizes 0.25    # a quick run
 
-Three logs are built from the project's own fixtures, with one real error line from fixtures/<errno>/
+Four logs are built from the project's own fixtures, with one real error line from fixtures/<errno>/
 every so many lines:
 - near-miss: every line of fixtures/clean/ alike (benign warnings full of the words anchors look
   for), an error every 50,000 lines;
-- near-miss-stamped: the same with each line stamped with its own time, as a logger would, so that no line comes
-  again (a scanner remembers the lines that gave nothing: here it never meets one twice);
+- near-miss-stamped: the same with each line stamped with its own time, as a logger would (a scanner remembers the
+  lines that gave nothing by their shape, digits read as 0: here it meets them again only so);
+- near-miss-unique: the stamped log with each line's Ray prefix naming a task of its own (a hex name), so that no
+  line comes again even by its shape: the scanner's memory never helps;
 - realistic: the routine lines of those logs (verl/vLLM/Ray/NCCL INFO lines, tqdm bars, HF and verl
   metrics, Ray's ANSI colours), an error every 200,000 lines.
 Each is scanned by `rg -F -f <errmap's literals>` and by errmap (stage one with the anchors' supersets,
@@ -41,7 +43,8 @@ from errmap import kb as kbmod  # noqa: E402
 from errmap.matcher import Matcher, scan_chunks  # noqa: E402
 
 GB = 1 << 30
-PROFILES = {"near-miss": 50_000, "near-miss-stamped": 50_000, "realistic": 200_000}  # one error line per this many lines
+PROFILES = {"near-miss": 50_000, "near-miss-stamped": 50_000, "near-miss-unique": 50_000,
+            "realistic": 200_000}  # one error line per this many lines
 # Routine output: INFO records, progress bars, step metrics.
 ROUTINE = re.compile(rb"INFO|it/s|s/it|\d+/\d+ \[|loss|reward|grad_norm|step|throughput")
 RG_REGEX_CAP = 120  # seconds
@@ -81,9 +84,12 @@ def make_log(path: Path, size: int, seed: int = 7, profile: str = "near-miss") -
     n_errors = n = 0
     while len(block) < 16 << 20:
         for _ in range(every):
-            n += 1  # stamped: each line its own time, as a logger's, so no line comes again soon
-            block += (b"2026-12-04 %02d:%02d:%02d.%06d " % (n // 3600 % 24, n // 60 % 60, n % 60, n) if profile ==
-                      "near-miss-stamped" else b"") + healthy[rng.randrange(len(healthy))]
+            n += 1
+            if profile in ("near-miss-stamped", "near-miss-unique"):  # each line its own time, as a logger's
+                block += b"2026-12-04 %02d:%02d:%02d.%06d " % (n // 3600 % 24, n // 60 % 60, n % 60, n)
+            if profile == "near-miss-unique":  # and Ray's prefix of a task of its own: not even its shape comes again
+                block += b"(task_%08x pid=%d) " % (rng.getrandbits(32), 1000 + n % 64)
+            block += healthy[rng.randrange(len(healthy))]
         block += errors[rng.randrange(len(errors))]
         n_errors += 1
     written = errs = 0

@@ -29,7 +29,7 @@ from errmap import superset as superset_module
 from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex, write_cache
 from errmap.lines import ANSI, PREFIX, Line, peel
 from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
-from errmap.superset import Unsupported, superset
+from errmap.superset import DIGITS, Unsupported, digit_blind, superset
 from errmap.stack import LITERALS as STACK_LITERALS, in_frame
 
 MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their start
@@ -42,7 +42,7 @@ MAX_TIMEOUTS = 3  # an anchor that times out on this many lines is switched off 
 # is matched once: lines of at most UNMATCHED_MAX bytes, at most UNMATCHED of them and UNMATCHED_BYTES in all (then it
 # forgets them all at once).
 UNMATCHED, UNMATCHED_MAX, UNMATCHED_BYTES = 4096, 2048, 1 << 20
-_UNSEEN = object()
+ZEROED = bytes.maketrans(b"123456789", b"000000000")  # a line's shape: its digits read as 0
 
 # Lines that look like a failure even when no anchor knows them: the last line of a Python
 # traceback, a C++ terminate, a fatal interpreter error, a process killed by a signal (as the shell,
@@ -76,7 +76,8 @@ FRAME_WINDOW = 200  # lines: a frame rule looks this far back for the failure's 
 # A failure line no anchor knows may be hard-wrapped (a terminal, a pasted issue, a logger's width): it is
 # matched again joined with up to this many continuation lines of at most CONTINUED_MAX bytes each.
 CONTINUED, CONTINUED_MAX = 3, 2048
-PADDED = re.compile(r" {20,}")  # a terminal's wrap turned into blanks when a screen is copied whole
+PAD = 20
+PADDED = re.compile(f" {{{PAD},}}")  # a terminal's wrap turned into blanks when a screen is copied whole
 
 CAUGHT = regex.compile(r"Caught (\w+) in ")
 # An exception named after other text: what ends an open traceback behind a prefix no one listed.
@@ -111,6 +112,9 @@ def _joined(block: bytes | bytearray, spans: list[tuple[int, int]]) -> tuple[byt
 # removed are removed before the supersets run (`_narrow`).
 REWRITTEN = rb"raise |\[[0-9;\x80-\xff]*m"
 _REWRITTEN = _STACK - len(STACK_LITERALS)  # the next free id
+# A terminal's padding (PADDED) in a line's text: PAD blanks in its bytes less escapes, with the NUL bytes and lost SGR
+# codes that peel removes between them. Read as one blank it may form a literal: such a line is remembered by its bytes.
+_PADDED = re.compile(rb"(?: (?:\x00|\[[0-9;\x80-\xff]*m)*){%d}" % PAD)
 
 
 def _raw(line: bytes | bytearray | memoryview) -> bytes:
@@ -193,6 +197,12 @@ class Matcher:
         # anchors whose result on a line depends on more than the line: a frame rule, a user's anchor (its timeouts count)
         self.contextual = {i for i, (e, a) in enumerate(self.anchors) if a.frames is not None or e.errno in USER_RANGE}
         self.prefilter = build(self.literals, once=frozenset(self.names))
+        # A line that gave nothing is remembered with every ASCII digit read as 0 (a time, a rank, a pid, a step)
+        # where nothing that reads it tells one digit from another: not these anchors (superset.digit_blind), not a
+        # literal with a digit in it (the literals' digits read as 0, found in the line's).
+        self.digit_bound = set(self._cached("digits", self._digit_bound))
+        zeroed = sorted({lit.translate(ZEROED) for lit in self.literals if any(b in DIGITS for b in lit)})
+        self.digit_literals = re.compile(b"|".join(map(re.escape, zeroed))) if zeroed else None
         # The supersets: the database, the id each pattern stands for, and the ids that have one (`gate`).
         self.supersets: Hyperscan | None = None
         self.superset_ids: list[int] = []
@@ -205,23 +215,38 @@ class Matcher:
         (it would match empty; Hyperscan refuses it) runs on every line holding its literal. The table is cached
         beside the KB's, keyed by what it is built from."""
         anchors = [message_regex(a.regex) for _, a in self.anchors] + [GENERIC.pattern, GPU_ERROR.pattern]
-        h = hashlib.sha256(repr((anchors, BEFORE_TEXT)).encode())  # BEFORE_TEXT: the prefixes lines.py peels
-        for code in (__file__, superset_module.__file__):
-            h.update(Path(code).read_bytes())
-        path = cache_dir() / f"supersets-{h.hexdigest()[:24]}.json"
+        table = self._cached("supersets", lambda: self._table(anchors, checked=False))
         try:
-            table = json.loads(path.read_text())
-        except (OSError, ValueError):
-            table = None
-        try:
-            table = table or self._table(anchors, checked=False)
             self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
         except HyperscanError:  # find the patterns Hyperscan refuses, one by one
             table = self._table(anchors, checked=True)
             self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
+            write_cache(self._cache_path("supersets"), json.dumps(table).encode())
         self.superset_ids = [i for _, i in table]
         self.gate = set(self.superset_ids) - {_REWRITTEN}
-        write_cache(path, json.dumps(table).encode())  # a read-only home: built each time
+
+    def _cache_path(self, name: str) -> Path:
+        """Where what is built from the anchors (their patterns and guards) and this code is cached."""
+        h = hashlib.sha256(repr(([(a.regex, a.unless) for _, a in self.anchors], BEFORE_TEXT)).encode())
+        for code in (__file__, superset_module.__file__):  # BEFORE_TEXT: the prefixes lines.py peels
+            h.update(Path(code).read_bytes())
+        return cache_dir() / f"{name}-{h.hexdigest()[:24]}.json"
+
+    def _cached(self, name: str, built: Callable[[], list]) -> list:
+        """A list built from the anchors, read from the cache beside the KB's, or built and written there (a
+        read-only home: built each time)."""
+        path = self._cache_path(name)
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            value = built()
+            write_cache(path, json.dumps(value).encode())
+            return value
+
+    def _digit_bound(self) -> list[int]:
+        """The anchors whose pattern or guard may tell one digit from another."""
+        return [i for i, (_, a) in enumerate(self.anchors)
+                if not digit_blind(message_regex(a.regex)) or a.unless is not None and not digit_blind(a.unless)]
 
     def _table(self, patterns: list[str], checked: bool) -> list[tuple[str, int]]:
         """(Hyperscan pattern, id) for every pattern with a superset; GENERIC's two patterns stand for one id."""
@@ -326,7 +351,9 @@ class Scanner:
     _stacks: set[str] = field(default_factory=set, repr=False)  # stacks named so far
     _gpu: bool = field(default=False, repr=False)  # whether a GPU was named yet
     # lines (their bytes) that gave nothing and recorded nothing -> whether one may end a traceback (failure-shaped)
-    _unmatched: dict[bytes, bool | None] = field(default_factory=dict, repr=False)
+    # their shape (digits read as 0) -> [whether one may end a traceback (None: not read yet), whether no digit can
+    # matter to a line of this shape (None: not read yet), the bytes of the last of them]
+    _unmatched: dict[bytes, list] = field(default_factory=dict, repr=False)
     _unmatched_bytes: int = field(default=0, repr=False)
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[Event]:
@@ -424,14 +451,14 @@ class Scanner:
         again: set[int] = set()
         unmatched = self._unmatched
         for s, key in keys.items() if unmatched else ():
-            if (shaped := unmatched.get(key, _UNSEEN)) is not _UNSEEN:
-                if shaped is None:  # read once, when the line comes again (as the lines below read it)
-                    shaped = unmatched[key] = _failure_shaped(_raw(key)) and (
-                        hits[s][1] != _GENERIC_ONLY or _failure_shaped(key))
-                if shaped:
-                    again.add(s)
-                else:
-                    del hits[s]  # nothing to do
+            if (known := unmatched.get(key.translate(ZEROED))) is None or known[2] != key and not self._blind(known, key, hits[s][1]):
+                continue  # (as _recalled, inline: every line comes here)
+            if (shaped := known[0]) is None:  # read once, when the line comes again (as below)
+                shaped = known[0] = _failure_shaped(_raw(key)) and (hits[s][1] != _GENERIC_ONLY or _failure_shaped(key))
+            if shaped:
+                again.add(s)
+            else:
+                del hits[s]  # nothing to do
         starts = []
         for s in sorted(hits):
             e, ids = hits[s]
@@ -481,7 +508,7 @@ class Scanner:
                     self._open = None
             # a line whose result depends on the line alone, which may be remembered (the same bytes: the same result)
             key = None if closes or not ids.isdisjoint(m.recorded) or not tried.isdisjoint(m.contextual) else keys.get(s)
-            if key in self._unmatched:
+            if key is not None and self._recalled(key, ids):
                 continue  # this line again: it gave nothing
             if tried <= m.recorded and not closes:
                 self._remember(key)
@@ -509,13 +536,34 @@ class Scanner:
 
     def _remember(self, line: bytes | None, shaped: bool | None = None) -> None:
         """A line (its bytes, None for one that cannot be remembered) that gave nothing and recorded nothing, and
-        whether it may end a traceback (None: not read yet)."""
-        if line is not None:
-            self._unmatched_bytes += len(line)
-            if len(self._unmatched) >= UNMATCHED or self._unmatched_bytes > UNMATCHED_BYTES:
-                self._unmatched.clear()
-                self._unmatched_bytes = len(line)
-            self._unmatched[line] = shaped
+        whether it may end a traceback (None: not read yet). It is kept by its shape (its digits read as 0), so that
+        the same line with another time, rank or count is known when it comes, where no digit can matter (`_blind`)."""
+        if line is None:
+            return
+        key = line.translate(ZEROED)
+        self._unmatched_bytes += 2 * len(key)
+        if len(self._unmatched) >= UNMATCHED or self._unmatched_bytes > UNMATCHED_BYTES:
+            self._unmatched.clear()
+            self._unmatched_bytes = 2 * len(key)
+        known = self._unmatched.get(key)
+        self._unmatched[key] = [shaped, known and known[1], line]
+
+    def _recalled(self, line: bytes, ids: set[int]) -> bool:
+        """Whether a line (its bytes and stage-one ids) gave nothing before: the same bytes, or the same shape where no
+        digit can matter."""
+        known = self._unmatched.get(line.translate(ZEROED))
+        return known is not None and (known[2] == line or self._blind(known, line, ids))
+
+    def _blind(self, known: list, line: bytes, ids: set[int]) -> bool:
+        """Whether no digit can matter to a line of this shape (read once per shape): no anchor among its stage-one ids
+        tells digits apart (Matcher.digit_bound), it holds no literal with a digit in it (with that digit read as 0:
+        so lines of one shape hold the same literals, and have the same ids), and its text holds no terminal's
+        padding (which, read as one blank, may form such a literal)."""
+        if known[1] is None:
+            m, shape = self.matcher, line.translate(ZEROED)
+            known[1] = ids.isdisjoint(m.digit_bound) and not (m.digit_literals and m.digit_literals.search(shape)) \
+                and not _PADDED.search(_raw(shape))
+        return known[1]
 
     def _narrow(self, block: bytes, starts: list[int], hits: dict[int, tuple[int, set[int]]],
                 raws: dict[int, bytes]) -> dict[int, set[int]]:

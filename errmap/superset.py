@@ -253,3 +253,83 @@ def _item(op, av, flags, last: bool) -> str:
             return (f"(?:{inner}){_repeat(lo - 1, lo - 1)}" if lo > 1 else "") + f"(?:{tail})"
         return f"(?:{inner}){_repeat(lo, hi)}"
     raise Unsupported(f"operator {op}")
+
+
+DIGITS = range(0x30, 0x3A)
+
+
+def digit_blind(pattern: str) -> bool:
+    """Whether `pattern` cannot tell one ASCII digit from another: every literal, class and range takes all ten or none
+    (`\\d`, `\\w`, `[!-~]`), and a back-reference only repeats a group that holds no digit (a quote). Then it matches a
+    text exactly where it matches that text with any of its ASCII digits changed. False where unsure (`re` cannot
+    parse it, or a construct not named here)."""
+    try:
+        items = list(_parse(pattern))
+        groups: dict[int, list] = {}
+        _groups(items, groups)
+        return _blind(items, groups)
+    except Unsupported:
+        return False
+
+
+def _groups(items, out: dict[int, list]) -> None:
+    for op, av in items:
+        if op is c.SUBPATTERN:
+            if av[0] is not None:
+                out[av[0]] = list(av[3])
+            _groups(av[3], out)
+        elif op is c.BRANCH:
+            for alt in av[1]:
+                _groups(alt, out)
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            _groups(av[2], out)
+        elif op is c.ATOMIC_GROUP:
+            _groups(av, out)
+        elif op in (c.ASSERT, c.ASSERT_NOT):
+            _groups(av[1], out)
+
+
+def _blind(items, groups: dict[int, list]) -> bool:
+    for op, av in items:
+        if op in _UNITS:
+            if op in (c.LITERAL, c.NOT_LITERAL) and av in DIGITS:
+                return False
+            if op is c.IN:
+                for iop, iav in av:
+                    if iop in (c.LITERAL, c.NOT_LITERAL) and iav in DIGITS or iop is c.RANGE and \
+                            iav[0] <= DIGITS[-1] and iav[1] >= DIGITS[0] and not (iav[0] <= DIGITS[0] and iav[1] >= DIGITS[-1]):
+                        return False  # a digit, or a range over part of 0-9
+                    if iop not in (c.LITERAL, c.NOT_LITERAL, c.RANGE, c.CATEGORY, c.NEGATE):
+                        return False
+        elif op is c.GROUPREF:
+            if _may_digit(groups.get(av, [(c.ANY, None)])):
+                return False
+        elif op is not c.AT and not all(_blind(body, groups) for body in _bodies(op, av)):
+            return False
+    return True
+
+
+def _bodies(op, av) -> list:
+    """The sequences inside a group, an alternation, a repeat or a lookaround; a construct not named here: unsure."""
+    if op is c.SUBPATTERN:
+        return [av[3]]
+    if op is c.BRANCH:
+        return list(av[1])
+    if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+        return [av[2]]
+    if op is c.ATOMIC_GROUP:
+        return [av]
+    if op in (c.ASSERT, c.ASSERT_NOT):
+        return [av[1]]
+    return [[(c.GROUPREF, -1)]]  # read as a back-reference to an unknown group: not blind
+
+
+def _may_digit(items) -> bool:
+    """Whether a sequence may match an ASCII digit."""
+    for op, av in items:
+        if op in _UNITS:
+            if op is not c.LITERAL and op is not c.IN or _unit(op, av, 0)[0] & set(DIGITS):
+                return True
+        elif op is c.GROUPREF or op is not c.AT and any(_may_digit(body) for body in _bodies(op, av)):
+            return True
+    return False

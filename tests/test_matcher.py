@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from errmap import kb as kbmod
+from errmap.kb import Anchor
 from errmap.lines import peel
 from errmap.matcher import MAX_LINE, Match, Matcher, Unrecognized, scan_chunks
 
@@ -177,6 +179,50 @@ def test_a_line_that_gave_nothing_is_matched_once_however_often_it_comes(m, monk
     assert tried == [1, 501]  # the warning once, the marker once
 
 
+def test_a_line_that_gave_nothing_is_matched_once_at_any_time_and_rank(m, monkeypatch):
+    """The same warning from every rank at every step (its prefix's digits differ) is matched once."""
+    log = Path(__file__).parent.parent / "fixtures" / "clean" / "platform-torchvision-image-extension-warning.log"
+    warning = log.read_bytes().splitlines()[1] + b"\n"
+    tried = []
+    match_line = m.match_line
+    monkeypatch.setattr(m, "match_line", lambda line, *a, **k: tried.append(line.lineno) or match_line(line, *a, **k))
+    stamped = [b"2026-12-04 10:%02d:%02d,%03d [rank%d]:" % (i // 60 % 60, i % 60, i % 997, i % 8) + warning
+               for i in range(1000)]
+    data = b"".join(stamped[:500]) + b"errmap-test-marker 7\n" + b"".join(stamped[500:])
+    assert markers(events(m, data, chunk=4096)) == [(501, "7")]
+    assert tried == [1, 501]
+
+
+def _anchors(*anchors: tuple[str, str]) -> Matcher:
+    """A KB of these anchors (literal, pattern), one per entry: 1001's, 1002's..."""
+    real = {e.errno: e for e in kbmod.load()}
+    return Matcher([replace(real[1001 + k], anchors=(Anchor(lit, pattern, "a test"),))
+                    for k, (lit, pattern) in enumerate(anchors)])
+
+
+@pytest.mark.parametrize("line", [
+    b"not frobnicate now, code 6 failed",  # the other anchor's literal, with its digit read as 0, is in the line
+    b"not frobnicate now, code" + b" " * 24 + b"6 failed",  # a terminal's padding, which may hide a literal
+    b"not frobnicate now, code" + b" " * 12 + b"\x00" + b" " * 12 + b"6 failed",  # padding once the NUL is gone
+    b"not frobnicate now, code" + b" " * 12 + b"[0m" + b" " * 12 + b"6 failed",  # once the lost colour code is gone
+])
+def test_a_line_that_gave_nothing_is_not_taken_for_one_with_other_digits_that_matches(line):
+    """Lines are remembered by their shape (digits read as 0) only where no digit can matter: here the same line
+    with a 7 for the 6 holds 1002's literal (at once or once its padding is read as one blank), and with a 5 it does
+    not (what a shape allows is read once, from the first line that comes again)."""
+    m = _anchors(("frobnicate now", r"(?<!not )frobnicate now"), ("code 7 failed", r"code 7 failed"))
+    evs = events(m, b"\n".join([line, line.replace(b"6", b"5"), line.replace(b"6", b"7")]) + b"\n")
+    assert [(e.line.lineno, e.entry.errno) for e in evs if isinstance(e, Match)] == [(3, 1002)]
+
+
+def test_a_line_is_not_taken_for_one_with_other_digits_where_an_anchor_tells_digits_apart():
+    """1001's anchor reads a digit that its literal does not hold: a line with a 6 gives nothing, with a 7 a match."""
+    m = _anchors(("frobnicate now", r"frobnicate now, code [7] failed"), ("widget", r"widget \d+ failed"))
+    assert m.digit_bound == {0}
+    evs = events(m, b"frobnicate now, code 6 failed\nfrobnicate now, code 7 failed\n")
+    assert [(e.line.lineno, e.entry.errno) for e in evs if isinstance(e, Match)] == [(2, 1001)]
+
+
 def test_a_remembered_line_still_ends_a_traceback(m):
     """A line that gave nothing (a logger's prefix before an exception line) is read again where it ends a traceback."""
     line = b"wandb: FrobnicatorError: the widget came apart\n"
@@ -190,9 +236,12 @@ def test_the_lines_a_scanner_remembers_are_bounded(m):
     """Distinct lines that gave nothing, short and long: the scanner's memory of them stays within its bounds."""
     from errmap import matcher
 
+    def word(i: int) -> bytes:  # distinct in letters: lines that differ only in digits are remembered as one
+        return bytes(97 + i // 26 ** k % 26 for k in range(3))
+
     sc = m.scanner("t.log")
     for i in range(3 * matcher.UNMATCHED):
-        sc.feed(b"grad_Error_norm %d\n" % i + b"x" * (i % 3 * 900) + b" Error_rate %d\n" % i)
+        sc.feed(b"grad_Error_norm %s\n" % word(i) + b"x" * (i % 3 * 900) + b" Error_rate %s\n" % word(i))
         assert len(sc._unmatched) <= matcher.UNMATCHED
-        assert sum(map(len, sc._unmatched)) <= matcher.UNMATCHED_BYTES
+        assert sum(len(shape) + len(line) for shape, (_, _, line) in sc._unmatched.items()) <= matcher.UNMATCHED_BYTES
     assert sc._unmatched  # it did remember

@@ -18,7 +18,7 @@ hyperscan = pytest.importorskip("hyperscan", reason="the supersets run where Hyp
 from errmap import kb as kbmod
 from errmap import matcher as matcher_module
 from errmap.matcher import Matcher, scan_chunks
-from errmap.superset import superset
+from errmap.superset import digit_blind, superset
 
 LOGS = sorted(FIXTURES.rglob("*.log"))
 ENGINES = ["hyperscan", "hyperscan-literals", "ahocorasick", "none"]
@@ -79,6 +79,20 @@ def test_every_line_of_the_fixtures_again_and_again_in_another_order(matchers):
     assert len(agree(matchers, data, step=1 << 16)) > 1500
 
 
+def _shifted(line: bytes, by: int) -> bytes:
+    """The line with each ASCII digit d read as (d + by) mod 10: the same line at another time, rank or count."""
+    return line.translate(bytes.maketrans(b"0123456789", bytes(48 + (d + by) % 10 for d in range(10))))
+
+
+def test_every_line_of_the_fixtures_again_with_other_digits(matchers):
+    """A line remembered by its shape (digits read as 0) gives nothing again only where its digits cannot matter:
+    each fixture line comes with its digits shifted, before and after the line itself, and every shift of a line
+    gives what it gives matched alone."""
+    lines = [line for p in LOGS for line in p.read_bytes().splitlines()]
+    data = b"\n".join([_shifted(line, by) for by in (9, 1, 0, 5, 0) for line in lines]) + b"\n"
+    assert len(agree(matchers, data, step=1 << 16)) > 2500
+
+
 def test_every_anchor_has_a_superset_hyperscan_takes(matchers):
     """Each official anchor and the generic shapes: none falls back to its literal today."""
     m = matchers["hyperscan"]
@@ -128,6 +142,27 @@ def test_generic_shapes_run_only_where_a_line_s_text_can_start():
         assert hit(line), line
     for line in [b"/x/y.py:50: UserWarning: no: ModuleNotFoundError(\"a\")", b"foo bar KeyError: x", b"fooKeyError: x"]:
         assert not hit(line), line
+
+
+@pytest.mark.parametrize("pattern, blind", [
+    (r"\d+ (?:bytes|GiB)", True), (r"[!-~]", True), (r"\w[\w.]*", True), (r"(?P<q>['\"])x(?P=q)", True),
+    (r"exit code -9", False), (r"[0-5]", False), (r"[^7]", False), (r"\x38", False), (r"(\d)\1", False),
+    (r"(?(1)a|b)", False), (r"\p{Nd}", False),
+])
+def test_digit_blind_patterns(pattern, blind):
+    assert digit_blind(pattern) is blind
+
+
+def test_what_a_line_that_gave_nothing_went_through_cannot_tell_digits_apart():
+    """A line is remembered by its shape (digits read as 0) because what reads it besides the anchors is blind to
+    digits: the prefixes peel takes and what it removes or rewrites, the generic shapes, the escapes."""
+    from errmap import lines
+
+    for pattern in (lines.PREFIX.pattern, lines._LOST_SGR.pattern, lines._REPEATED.pattern, lines._RAISE.pattern,
+                    lines.ANSI.pattern.decode("latin-1"), matcher_module.GENERIC.pattern, matcher_module.GPU_ERROR.pattern,
+                    matcher_module.RAISED.pattern, matcher_module._SHAPED.pattern.decode("latin-1"),
+                    matcher_module.BEFORE_TEXT, matcher_module.PADDED.pattern):
+        assert digit_blind(pattern), pattern
 
 
 def test_superset_of_an_empty_match_is_none():
@@ -181,6 +216,7 @@ def hostile_lines(draw) -> str:
 @given(lines=st.lists(hostile_lines(), min_size=1, max_size=12), invalid=st.booleans())
 def test_generated_lines_mixing_literals_prefixes_escapes_and_non_ascii(matchers, lines, invalid):
     data = "\n".join(lines).encode("utf-8", "surrogatepass")
+    data = b"\n".join([_shifted(data, 3), data, _shifted(data, 7)])  # each line again, at another time or rank
     if invalid:  # a byte that is no UTF-8 in the middle
         data = data[: len(data) // 2] + b"\xe4\xff" + data[len(data) // 2:]
     agree(matchers, data, step=64)
@@ -212,7 +248,7 @@ def _json(*args: str, engine: str) -> dict:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("profile", ["near-miss", "near-miss-stamped", "realistic"])
+@pytest.mark.parametrize("profile", ["near-miss", "near-miss-stamped", "near-miss-unique", "realistic"])
 def test_bench_logs_give_one_json_report_whatever_the_engine_and_processes(bench_logs, profile):
     log = str(bench_logs[profile])
     want = _json("-j", "1", log, engine="hyperscan-literals")
