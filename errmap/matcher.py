@@ -4,7 +4,8 @@ Stage one runs one multi-literal automaton (see prefilter.py) over whole chunks 
 literal; with Hyperscan, the lines that hold a hit then go, joined, through one database of every anchor's pattern
 as a byte-level superset (superset.py), so only the anchors that may really match a line are left for it. Stage two
 decodes only the lines with something left, peels their prefixes and runs those anchors' full patterns there. A
-scanner remembers the lines that gave nothing (their bytes), so a line repeated goes no further than stage one.
+scanner remembers the lines that gave nothing by their shape (digits read as 0, where no digit can matter; else their
+bytes), so a line repeated, at another time or from another rank, goes no further than stage one.
 Line numbers come from counting newlines in the skipped bytes.
 `\r` ends a line segment (tqdm bars) but only `\n` advances the line number, as in an editor.
 """
@@ -38,9 +39,9 @@ REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
 # shapes below are linear, so they run without a timeout, which triples a regex call's cost; anchors
 # from a user's KB (errno 9000-9999) keep REGEX_TIMEOUT.
 MAX_TIMEOUTS = 3  # an anchor that times out on this many lines is switched off for the run
-# A scanner remembers the lines that gave nothing, so that a line repeated (a warning every rank prints at every step)
-# is matched once: lines of at most UNMATCHED_MAX bytes, at most UNMATCHED of them and UNMATCHED_BYTES in all (then it
-# forgets them all at once).
+# A scanner remembers the lines that gave nothing, so that a line repeated (a warning every rank prints at every step,
+# its digits read as 0) is matched once: lines of at most UNMATCHED_MAX bytes, at most UNMATCHED of them and
+# UNMATCHED_BYTES in all (then it forgets them all at once).
 UNMATCHED, UNMATCHED_MAX, UNMATCHED_BYTES = 4096, 2048, 1 << 20
 ZEROED = bytes.maketrans(b"123456789", b"000000000")  # a line's shape: its digits read as 0
 
@@ -350,9 +351,9 @@ class Scanner:
     _open: tuple[int, bytes] | None = field(default=None, repr=False)  # a traceback header no failure has followed yet
     _stacks: set[str] = field(default_factory=set, repr=False)  # stacks named so far
     _gpu: bool = field(default=False, repr=False)  # whether a GPU was named yet
-    # lines (their bytes) that gave nothing and recorded nothing -> whether one may end a traceback (failure-shaped)
-    # their shape (digits read as 0) -> [whether one may end a traceback (None: not read yet), whether no digit can
-    # matter to a line of this shape (None: not read yet), the bytes of the last of them]
+    # the lines that gave nothing and recorded nothing, by their shape (digits read as 0) -> [whether one may end a
+    # traceback (failure-shaped; None: not read yet), whether no digit can matter to a line of this shape (None: not
+    # read yet), the bytes of the last of them]
     _unmatched: dict[bytes, list] = field(default_factory=dict, repr=False)
     _unmatched_bytes: int = field(default=0, repr=False)
 
@@ -451,8 +452,9 @@ class Scanner:
         again: set[int] = set()
         unmatched = self._unmatched
         for s, key in keys.items() if unmatched else ():
-            if (known := unmatched.get(key.translate(ZEROED))) is None or known[2] != key and not self._blind(known, key, hits[s][1]):
-                continue  # (as _recalled, inline: every line comes here)
+            known = unmatched.get(key.translate(ZEROED))  # as _recalled, inline: every line comes here
+            if known is None or known[2] != key and not self._blind(known, key, hits[s][1]):
+                continue
             if (shaped := known[0]) is None:  # read once, when the line comes again (as below)
                 shaped = known[0] = _failure_shaped(_raw(key)) and (hits[s][1] != _GENERIC_ONLY or _failure_shaped(key))
             if shaped:
@@ -506,7 +508,8 @@ class Scanner:
                 closes = not line.quoted  # a frame's quoted `raise X(` source line is not
                 if closes:
                     self._open = None
-            # a line whose result depends on the line alone, which may be remembered (the same bytes: the same result)
+            # a line whose result depends on the line alone, which may be remembered (the same bytes, or the same shape
+            # where no digit can matter: the same result)
             key = None if closes or not ids.isdisjoint(m.recorded) or not tried.isdisjoint(m.contextual) else keys.get(s)
             if key is not None and self._recalled(key, ids):
                 continue  # this line again: it gave nothing

@@ -273,20 +273,13 @@ def digit_blind(pattern: str) -> bool:
 
 
 def _groups(items, out: dict[int, list]) -> None:
+    """Each numbered group's sequence, for the back-references."""
     for op, av in items:
-        if op is c.SUBPATTERN:
-            if av[0] is not None:
-                out[av[0]] = list(av[3])
-            _groups(av[3], out)
-        elif op is c.BRANCH:
-            for alt in av[1]:
-                _groups(alt, out)
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
-            _groups(av[2], out)
-        elif op is c.ATOMIC_GROUP:
-            _groups(av, out)
-        elif op in (c.ASSERT, c.ASSERT_NOT):
-            _groups(av[1], out)
+        if op is c.SUBPATTERN and av[0] is not None:
+            out[av[0]] = list(av[3])
+        if op not in _UNITS and op is not c.AT and op is not c.GROUPREF:
+            for body in _bodies(op, av):
+                _groups(body, out)
 
 
 def _blind(items, groups: dict[int, list]) -> bool:
@@ -297,7 +290,7 @@ def _blind(items, groups: dict[int, list]) -> bool:
             if op is c.IN:
                 for iop, iav in av:
                     if iop in (c.LITERAL, c.NOT_LITERAL) and iav in DIGITS or iop is c.RANGE and \
-                            iav[0] <= DIGITS[-1] and iav[1] >= DIGITS[0] and not (iav[0] <= DIGITS[0] and iav[1] >= DIGITS[-1]):
+                            0 < min(iav[1], DIGITS[-1]) - max(iav[0], DIGITS[0]) + 1 < len(DIGITS):
                         return False  # a digit, or a range over part of 0-9
                     if iop not in (c.LITERAL, c.NOT_LITERAL, c.RANGE, c.CATEGORY, c.NEGATE):
                         return False
