@@ -111,8 +111,10 @@ def table() -> Table:
     """kb/gpus.yaml as `errmap kb check` validated it (errmap.schema.GpuTable); empty when it cannot be read."""
     import yaml
 
+    from errmap.kb import _Loader  # libyaml where the wheel has it: the table is read at the first GPU a scan meets
+
     try:
-        return Table.from_dict(yaml.safe_load(table_path().read_text(encoding="utf-8")))
+        return Table.from_dict(yaml.load(table_path().read_text(encoding="utf-8"), Loader=_Loader))
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
         return Table({}, ())
 
