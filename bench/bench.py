@@ -7,8 +7,8 @@ Four logs are built from the project's own fixtures, with one real error line fr
 every so many lines:
 - near-miss: every line of fixtures/clean/ alike (benign warnings full of the words anchors look
   for), an error every 50,000 lines;
-- near-miss-stamped: the same with each line stamped with its own time, as a logger would (a scanner remembers the
-  lines that gave nothing by their shape, digits read as 0: here it meets them again only so);
+- near-miss-stamped: the same with each line stamped with its own time, as a logger would, so that a line comes again
+  only by its shape (a scanner remembers the lines that gave nothing with their digits read as 0);
 - near-miss-unique: the stamped log with each line's Ray prefix naming a task of its own (a hex name), so that no
   line comes again even by its shape: the scanner's memory never helps;
 - realistic: the routine lines of those logs (verl/vLLM/Ray/NCCL INFO lines, tqdm bars, HF and verl

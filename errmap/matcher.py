@@ -21,6 +21,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import regex
@@ -226,12 +227,16 @@ class Matcher:
         self.superset_ids = [i for _, i in table]
         self.gate = set(self.superset_ids) - {_REWRITTEN}
 
-    def _cache_path(self, name: str) -> Path:
-        """Where what is built from the anchors (their patterns and guards) and this code is cached."""
+    @cached_property
+    def _fingerprint(self) -> str:
+        """What is built from the anchors depends on: their patterns and guards, and this code."""
         h = hashlib.sha256(repr(([(a.regex, a.unless) for _, a in self.anchors], BEFORE_TEXT)).encode())
         for code in (__file__, superset_module.__file__):  # BEFORE_TEXT: the prefixes lines.py peels
             h.update(Path(code).read_bytes())
-        return cache_dir() / f"{name}-{h.hexdigest()[:24]}.json"
+        return h.hexdigest()[:24]
+
+    def _cache_path(self, name: str) -> Path:
+        return cache_dir() / f"{name}-{self._fingerprint}.json"
 
     def _cached(self, name: str, built: Callable[[], list]) -> list:
         """A list built from the anchors, read from the cache beside the KB's, or built and written there (a
@@ -452,8 +457,7 @@ class Scanner:
         again: set[int] = set()
         unmatched = self._unmatched
         for s, key in keys.items() if unmatched else ():
-            known = unmatched.get(key.translate(ZEROED))  # as _recalled, inline: every line comes here
-            if known is None or known[2] != key and not self._blind(known, key, hits[s][1]):
+            if (known := self._recalled(key, hits[s][1])) is None:
                 continue
             if (shaped := known[0]) is None:  # read once, when the line comes again (as below)
                 shaped = known[0] = _failure_shaped(_raw(key)) and (hits[s][1] != _GENERIC_ONLY or _failure_shaped(key))
@@ -511,7 +515,7 @@ class Scanner:
             # a line whose result depends on the line alone, which may be remembered (the same bytes, or the same shape
             # where no digit can matter: the same result)
             key = None if closes or not ids.isdisjoint(m.recorded) or not tried.isdisjoint(m.contextual) else keys.get(s)
-            if key is not None and self._recalled(key, ids):
+            if key is not None and self._recalled(key, ids) is not None:
                 continue  # this line again: it gave nothing
             if tried <= m.recorded and not closes:
                 self._remember(key)
@@ -551,11 +555,11 @@ class Scanner:
         known = self._unmatched.get(key)
         self._unmatched[key] = [shaped, known and known[1], line]
 
-    def _recalled(self, line: bytes, ids: set[int]) -> bool:
-        """Whether a line (its bytes and stage-one ids) gave nothing before: the same bytes, or the same shape where no
-        digit can matter."""
+    def _recalled(self, line: bytes, ids: set[int]) -> list | None:
+        """What is remembered of a line (its bytes and stage-one ids) that gave nothing before, if it did: the same
+        bytes, or the same shape where no digit can matter."""
         known = self._unmatched.get(line.translate(ZEROED))
-        return known is not None and (known[2] == line or self._blind(known, line, ids))
+        return known if known is not None and (known[2] == line or self._blind(known, line, ids)) else None
 
     def _blind(self, known: list, line: bytes, ids: set[int]) -> bool:
         """Whether no digit can matter to a line of this shape (read once per shape): no anchor among its stage-one ids

@@ -166,31 +166,21 @@ def test_matching_again_while_an_interrupted_scan_still_holds_a_view_of_the_buff
     held.release()
 
 
-def test_a_line_that_gave_nothing_is_matched_once_however_often_it_comes(m, monkeypatch):
-    """torchvision's harmless warning quotes 1007's message (its guard says so): a scanner that met it once skips it."""
+@pytest.mark.parametrize("stamped", [False, True], ids=["the same bytes", "another time and rank"])
+def test_a_line_that_gave_nothing_is_matched_once_however_often_it_comes(m, monkeypatch, stamped):
+    """torchvision's harmless warning quotes 1007's message (its guard says so): a scanner that met it once skips it,
+    also when every rank prints it at every step (its prefix's digits differ)."""
     log = Path(__file__).parent.parent / "fixtures" / "clean" / "platform-torchvision-image-extension-warning.log"
     warning = log.read_bytes().splitlines()[1] + b"\n"
     assert b"undefined symbol" in warning
     tried = []
     match_line = m.match_line
     monkeypatch.setattr(m, "match_line", lambda line, *a, **k: tried.append(line.lineno) or match_line(line, *a, **k))
-    data = warning * 500 + b"errmap-test-marker 7\n" + warning * 500
+    lines = [(b"2026-12-04 10:%02d:%02d,%03d [rank%d]:" % (i // 60 % 60, i % 60, i % 997, i % 8) if stamped else b"")
+             + warning for i in range(1000)]
+    data = b"".join(lines[:500]) + b"errmap-test-marker 7\n" + b"".join(lines[500:])
     assert markers(events(m, data, chunk=4096)) == [(501, "7")]
     assert tried == [1, 501]  # the warning once, the marker once
-
-
-def test_a_line_that_gave_nothing_is_matched_once_at_any_time_and_rank(m, monkeypatch):
-    """The same warning from every rank at every step (its prefix's digits differ) is matched once."""
-    log = Path(__file__).parent.parent / "fixtures" / "clean" / "platform-torchvision-image-extension-warning.log"
-    warning = log.read_bytes().splitlines()[1] + b"\n"
-    tried = []
-    match_line = m.match_line
-    monkeypatch.setattr(m, "match_line", lambda line, *a, **k: tried.append(line.lineno) or match_line(line, *a, **k))
-    stamped = [b"2026-12-04 10:%02d:%02d,%03d [rank%d]:" % (i // 60 % 60, i % 60, i % 997, i % 8) + warning
-               for i in range(1000)]
-    data = b"".join(stamped[:500]) + b"errmap-test-marker 7\n" + b"".join(stamped[500:])
-    assert markers(events(m, data, chunk=4096)) == [(501, "7")]
-    assert tried == [1, 501]
 
 
 def _anchors(*anchors: tuple[str, str]) -> Matcher:

@@ -248,7 +248,7 @@ def _json(*args: str, engine: str) -> dict:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("profile", ["near-miss", "near-miss-stamped", "near-miss-unique", "realistic"])
+@pytest.mark.parametrize("profile", list(_bench().PROFILES))
 def test_bench_logs_give_the_events_of_a_scanner_matching_every_line_again(matchers, bench_logs, profile):
     """The bench's lines come again by their bytes (near-miss), by their shape (stamped) or not at all (unique)."""
     with open(bench_logs[profile], "rb") as f:
@@ -256,7 +256,7 @@ def test_bench_logs_give_the_events_of_a_scanner_matching_every_line_again(match
     assert agree(matchers, data[: data.rfind(b"\n") + 1])
 
 
-@pytest.mark.parametrize("profile", ["near-miss", "near-miss-stamped", "near-miss-unique", "realistic"])
+@pytest.mark.parametrize("profile", list(_bench().PROFILES))
 def test_bench_logs_give_one_json_report_whatever_the_engine_and_processes(bench_logs, profile):
     log = str(bench_logs[profile])
     want = _json("-j", "1", log, engine="hyperscan-literals")
