@@ -103,10 +103,10 @@ def scan_here(kb: KB, node_paths: list[str], since: float | None) -> dict[str, A
         "sources": [(s.path, s.bytes_read, s.lines, s.warning, s.error) for s in sources],
         "errors": [(e.path, e.reason) for e in found.errors],
         "incidents": [
-            (i.entry.errno, i.fingerprint, i.captures, i.order, i.evidence, i.count, i.last, i.ranks, i.hosts, i.files)
+            (i.entry.errno, i.fingerprint, i.captures, i.order, i.evidence, i.count, i.last, i.ranks, i.hosts, i.files, i.words)
             for i in triage.incidents.values()
         ],
-        "residue": [(k, r.type, r.message, r.first, r.order, r.inner, r.count) for k, r in triage.residue.items()],
+        "residue": [(k, r.type, r.message, r.first, r.order, r.inner, r.count, r.weak) for k, r in triage.residue.items()],
         "seconds": round(time.perf_counter() - start, 2),
     }
 
@@ -238,7 +238,7 @@ def _merge(kb: KB, nodes: list[NodeResult], results: dict[str, dict], payload: d
         node.files, node.lines = len(r["sources"]), sum(s[2] for s in r["sources"])
         node.diagnoses, node.unrecognized = len(r["incidents"]), len(r["residue"])
         base = triage._events
-        for errno, fp, caps, order, evidence, count, last, ranks, hosts, files in sorted(r["incidents"], key=lambda i: i[3]):
+        for errno, fp, caps, order, evidence, count, last, ranks, hosts, files, words in sorted(r["incidents"], key=lambda i: i[3]):
             entry = kb.entries.get(errno)
             if entry is None:
                 continue
@@ -246,8 +246,9 @@ def _merge(kb: KB, nodes: list[NodeResult], results: dict[str, dict], payload: d
                 _place(line, node, where)
             inc = triage.incidents.get(fp)
             if inc is None:
-                inc = triage.incidents[fp] = Incident(entry, fp, dict(caps), base + order)
+                inc = triage.incidents[fp] = Incident(entry, fp, dict(caps), base + order, words=words)
             else:
+                inc.words = inc.words if words is not None else None
                 for k, v in caps.items():
                     inc.captures.setdefault(k, v)
             inc.evidence += evidence[: MAX_EVIDENCE - len(inc.evidence)]
@@ -257,11 +258,11 @@ def _merge(kb: KB, nodes: list[NodeResult], results: dict[str, dict], payload: d
             inc.hosts |= hosts | {node.label}
             inc.files.update(dict.fromkeys(where + f for f in files))
             triage._events = max(triage._events, base + order)
-        for key, type_, message, first, order, inner, count in sorted(r["residue"], key=lambda x: x[4]):
+        for key, type_, message, first, order, inner, count, weak in sorted(r["residue"], key=lambda x: x[4]):
             _place(first, node, where)
             res = triage.residue.get(key)
             if res is None:
-                res = triage.residue[key] = Residue(type_, message, first, base + order, inner)
+                res = triage.residue[key] = Residue(type_, message, first, base + order, inner, weak=weak)
             res.count += count
             triage._events = max(triage._events, base + order)
     return ClusterScan(Report(sources, triage, errors), nodes)

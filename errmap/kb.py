@@ -48,6 +48,11 @@ class Anchor:
     source: str
     unless: str | None = None  # a look-alike: the anchor does not count on a line this matches
     frame: str | None = None  # the failure's traceback must hold a frame this matches
+    sites: tuple[tuple[str, str, str], ...] = ()  # (repository, path, version) of each place that prints it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sites", tuple(
+            (s["repo"], s["path"], s["version"]) if isinstance(s, dict) else tuple(s) for s in self.sites))
 
     @property
     def literals(self) -> list[str]:
@@ -56,6 +61,11 @@ class Anchor:
     @cached_property
     def compiled(self) -> regex.Pattern[str]:
         return regex.compile(message_regex(self.regex))
+
+    @cached_property
+    def folded(self) -> regex.Pattern[str]:
+        """The pattern with case ignored, for a message retyped in another case (readings.folded)."""
+        return regex.compile(message_regex(self.regex), regex.IGNORECASE)
 
     @cached_property
     def guard(self) -> regex.Pattern[str] | None:
@@ -196,11 +206,13 @@ class Entry:
     caused_by: tuple[int, ...] = ()
     applies_to: str | None = None
     unshown: tuple[tuple[str, str], ...] = ()  # (capture, what reads it instead of the cause and fix)
+    hints: tuple[tuple[str, ...], ...] = ()  # the words of its family, lowercased: each hint's words must all occur
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Entry:
         nested = {"anchors": Anchor, "fix": Step, "links": Link, "checks": Check, "predicts": Prediction, "exits": ExitCause}
-        d = {**d, "unshown": tuple(map(tuple, dict(d.get("unshown", ())).items()))}
+        d = {**d, "unshown": tuple(map(tuple, dict(d.get("unshown", ())).items())),
+             "hints": tuple(tuple(w.lower() for w in ([h] if isinstance(h, str) else h)) for h in d.get("hints", ()))}
         return cls(**{
             k: tuple(nested[k](**x) for x in v) if k in nested else tuple(v) if isinstance(v, list) else v
             for k, v in d.items()
@@ -410,6 +422,7 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
     problems = []
     slugs: dict[str, int] = {}
     signals: dict[str, int] = {}
+    hints: dict[frozenset[str], int] = {}
     for e in entries.values():
         where = f"{e.errno}-{e.slug}"
         if e.slug in slugs:
@@ -425,10 +438,14 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
             if x.signal in signals:
                 problems.append(f"{where}: {x.signal} is already the exit cause of {signals[x.signal]}")
             signals[x.signal] = e.errno
+        for h in e.hints:
+            # readings.hinted lets the most specific hint win: two entries with the same words cannot be told apart
+            if (other := hints.setdefault(frozenset(h), e.errno)) != e.errno:
+                problems.append(f"{where}: hint {' + '.join(h)!r} is also a hint of {other}: nothing tells them apart")
     return problems
 
 
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 
 
 def cache_dir() -> Path:

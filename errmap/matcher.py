@@ -26,9 +26,11 @@ from pathlib import Path
 
 import regex
 
-from errmap import gpus
+from errmap import failures, gpus, readings
 from errmap import superset as superset_module
 from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex, write_cache
+from errmap.failures import (CAUGHT, GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, QUOTED, RAISED, WEAK,
+                             WEAK_LITERALS, loud)
 from errmap.lines import ANSI, PREFIX, Line, peel
 from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
 from errmap.superset import DIGITS, Unsupported, digit_blind, superset
@@ -46,30 +48,8 @@ MAX_TIMEOUTS = 3  # an anchor that times out on this many lines is switched off 
 UNMATCHED, UNMATCHED_MAX, UNMATCHED_BYTES = 4096, 2048, 1 << 20
 ZEROED = bytes.maketrans(b"123456789", b"000000000")  # a line's shape: its digits read as 0
 
-# Lines that look like a failure even when no anchor knows them: the last line of a Python
-# traceback, a C++ terminate, a fatal interpreter error, a process killed by a signal (as the shell,
-# the interpreter or torchrun reports it), a compiler's fatal error, a tool's "name: ERROR" line, NCCL's
-# report of a failed system or CUDA call (SYSCHECK/CUDACHECK in its checks.h; other NCCL WARN lines also come at a
-# clean exit, when the proxy service thread closes its connections).
-GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Python error", "core dumped",
-                    "Segmentation fault", "Bus error", "Illegal instruction", "Received signal", ") received by PID",
-                    "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: ", "NCCL WARN "]
-GENERIC = regex.compile(
-    r"^(?:(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?(?::\s?(?P<message>.*))?"
-    r"|(?P<type>terminate) called after throwing an instance of '(?P<message>[^']+)'.*"
-    r"|(?P<type>Fatal Python error): (?P<message>.*)"
-    r"|(?:\S+: (?:line \d+: +)?\d+ +)?(?P<type>Segmentation fault|Bus error|Illegal instruction|Aborted|Floating point exception)"
-    r"(?P<message>(?: +\(core dumped\))?.*)"
-    r"|(?P<type>Signal \d+ \(SIG[A-Z]+\)) received by PID (?P<message>\d+)"
-    r"|\*\*\* (?P<type>Received signal \d+) \*\*\*(?P<message>.*)"
-    r"|\S+:\d+:(?:\d+:)? (?P<type>fatal error): (?P<message>.*)"
-    r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+)"
-    r"|(?:\S+:\d+ )?(?P<type>NCCL WARN) (?P<message>(?:Call to \S+ failed ?:|Cuda failure|HIP failure) .+))$"
-)
 # What comes before the text GENERIC runs on, at its start: the prefixes peel takes, the blanks lstrip takes.
 BEFORE_TEXT = f"(?:{PREFIX.pattern})[\\s\\x1c-\\x1f]*"
-# A CUDA/HIP error no anchor knows, wherever it sits (NCCL's watchdog quotes it mid-line).
-GPU_ERROR = regex.compile(r"\b(?P<type>CUDA error|HIP error)(?P<inner>): (?P<message>.+)$")
 # A traceback's frame line, and what marks the start of one (IPython's names the type first).
 FRAME = regex.compile(rb'File "([^"]+)", line \d+, in (\S+)')
 TRACEBACK = regex.compile(rb"(?:(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Interrupt))\s+)?Traceback \(most recent call last\)")
@@ -81,11 +61,8 @@ CONTINUED, CONTINUED_MAX = 3, 2048
 PAD = 20
 PADDED = re.compile(f" {{{PAD},}}")  # a terminal's wrap turned into blanks when a screen is copied whole
 
-CAUGHT = regex.compile(r"Caught (\w+) in ")
-# An exception named after other text: what ends an open traceback behind a prefix no one listed.
-RAISED = regex.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?: (?P<message>.*)$")
-_GENERIC, _FRAME, _TRACEBACK, _GPU = -1, -2, -3, -4
-_STACK = -5  # _STACK - k: the k-th of stack.LITERALS
+_GENERIC, _FRAME, _TRACEBACK, _GPU, _WEAK = -1, -2, -3, -4, -5
+_STACK = -6  # _STACK - k: the k-th of stack.LITERALS
 _STACKS = list(STACK_LITERALS.values())
 _GENERIC_ONLY = {_GENERIC}
 # "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
@@ -94,6 +71,11 @@ _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
 # One search for them all, or a bare type before trailing blanks (those bytes.rstrip takes) at a line's end; the
 # standard library's engine skips to the shapes' first bytes, twice as fast here as a test per shape.
 _SHAPED = re.compile(b"|".join(map(re.escape, _SHAPES)) + rb"|(?:Error|Exception)[ \t\x0b\x0c]*$", re.MULTILINE)
+
+
+def _telling(ids: set[int]) -> bool:
+    """Whether stage one found an anchor's literal or GENERIC's in a line: one that may be read again."""
+    return any(i >= 0 or i == _GENERIC for i in ids)
 
 
 def _failure_shaped(raw: bytes) -> bool:
@@ -132,12 +114,18 @@ def _search(pattern: regex.Pattern[str], text: str, risky: bool) -> regex.Match[
 
 @dataclass(slots=True)
 class Match:
-    """An anchor of a KB entry matched one line."""
+    """An anchor of a KB entry matched one line (as printed, cut or case-folded: `exact`), or the words of its family
+    did (no anchor: `likely`)."""
 
     entry: Entry
-    anchor: Anchor
+    anchor: Anchor | None
     line: Line
     captures: dict[str, str]
+    words: tuple[str, ...] = ()  # a likely match: the hint's words found
+
+    @property
+    def confidence(self) -> str:
+        return "exact" if self.anchor is not None else "likely"
 
 
 @dataclass(slots=True)
@@ -148,6 +136,7 @@ class Unrecognized:
     type: str
     message: str
     inner: str | None = None  # a wrapper's wrapped type: RayTaskError(KeyError) -> KeyError
+    weak: bool = False  # a weak shape (failures.py): failure evidence only where nothing stronger is
 
 
 @dataclass(slots=True)
@@ -174,6 +163,8 @@ class Matcher:
 
     def __init__(self, kb: KB, notice: Callable[[str], None] | None = None):
         self.anchors: list[tuple[Entry, Anchor]] = [(e, a) for e in kb for a in e.anchors]
+        self.entries: dict[int, Entry] = {e.errno: e for e in kb}
+        self.hinted = [e for e in kb if e.hints]
         self.timeouts: dict[int, int] = {}  # anchor index -> lines it timed out on
         self.off: set[int] = set()  # anchors switched off after MAX_TIMEOUTS
         self.notice = notice or _to_stderr
@@ -183,6 +174,8 @@ class Matcher:
                 literals.setdefault(lit.encode(), set()).add(i)
         for lit in GENERIC_LITERALS:
             literals.setdefault(lit.encode(), set()).add(_GENERIC)
+        for lit in WEAK_LITERALS + LEVEL_LITERALS:
+            literals.setdefault(lit.encode(), set()).add(_WEAK)
         literals.setdefault(FRAME_LITERAL, set()).add(_FRAME)
         literals.setdefault(TRACEBACK_LITERAL, set()).add(_TRACEBACK)
         for k, lit in enumerate(STACK_LITERALS):
@@ -231,7 +224,7 @@ class Matcher:
     def _fingerprint(self) -> str:
         """What is built from the anchors depends on: their patterns and guards, and this code."""
         h = hashlib.sha256(repr(([(a.regex, a.unless) for _, a in self.anchors], BEFORE_TEXT)).encode())
-        for code in (__file__, superset_module.__file__):  # BEFORE_TEXT: the prefixes lines.py peels
+        for code in (__file__, superset_module.__file__, failures.__file__):  # BEFORE_TEXT: the prefixes lines.py peels
             h.update(Path(code).read_bytes())
         return h.hexdigest()[:24]
 
@@ -312,14 +305,8 @@ class Matcher:
                 seen.add(entry.errno)
                 caps = {k: v for k, v in m.groupdict().items() if v is not None}
                 events.append(Match(entry, anchor, line, caps))
-        if not events and not known and generic:
-            g = GENERIC.match(line.text)
-            if g is None and " error: " in line.text:
-                g = GPU_ERROR.search(line.text)
-            if g is not None:
-                message = (g["message"] or "").strip()
-                caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."
-                events.append(Unrecognized(line, g["type"], message, g["inner"] or (caught and caught[1])))
+        if not events and not known and (generic or _WEAK in candidates):
+            events += unknown(line, generic)
         return events
 
 
@@ -332,6 +319,26 @@ class Matcher:
             self.notice(f"anchor {k} of {entry.errno} ({entry.slug}) took over {REGEX_TIMEOUT}s on {n} lines "
                         f"(last {line.path}:{line.lineno}); it is off for the rest of this run. "
                         f"`errmap kb check` finds such patterns")
+
+
+def unknown(line: Line, generic: bool = True) -> list[Unrecognized]:
+    """A failure line no anchor explains, by its shape (failures.py): strong, else weak; none if it has no such shape."""
+    g = None
+    if generic:
+        g = GENERIC.match(line.text)
+        if g is None and " error: " in line.text:
+            g = GPU_ERROR.search(line.text)
+        if g is None:  # an exception named inside a sentence of another language
+            g = QUOTED.search(line.text)
+    if g is not None:
+        message = (g["message"] or "").strip()
+        caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."
+        return [Unrecognized(line, g["type"], message, g["inner"] or (caught and caught[1]))]
+    if (w := WEAK.search(line.text)) is not None:  # at any level: launchers log these at INFO
+        return [Unrecognized(line, w["type"], w["message"].strip(), weak=True)]
+    if loud(line.raw, line.level) and line.text.strip():
+        return [Unrecognized(line, line.level, line.text.strip(), weak=True)]
+    return []
 
 
 def _to_stderr(message: str) -> None:
@@ -484,7 +491,11 @@ class Scanner:
                 if m.supersets is not None:  # it may end the open traceback
                     narrowed.update(self._narrow(block, [s], hits, raws))
             tried = narrowed.get(s, ids)
-            if self._open is None and ids.isdisjoint(m.recorded) and tried <= m.recorded:
+            if tried <= m.recorded and not _telling(ids):
+                reread = False
+            else:  # a failure-shaped line that no anchor's superset nor GENERIC's took: read again (cut, in a sentence)
+                reread = tried <= m.recorded and _failure_shaped(raws[s] if s in raws else _raw(block[s:e]))
+            if self._open is None and ids.isdisjoint(m.recorded) and tried <= m.recorded and not reread:
                 self._remember(keys.get(s))
                 continue  # nothing to record and no anchor left: not even its line number is needed
             lineno += block.count(b"\n", pos, s)
@@ -517,17 +528,22 @@ class Scanner:
             key = None if closes or not ids.isdisjoint(m.recorded) or not tried.isdisjoint(m.contextual) else keys.get(s)
             if key is not None and self._recalled(key, ids) is not None:
                 continue  # this line again: it gave nothing
-            if tried <= m.recorded and not closes:
+            if tried <= m.recorded and not closes and not reread:
                 self._remember(key)
                 continue  # no superset matched: no anchor can
             line = line or peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
             found = m.match_line(line, tried, self._frames)
+            if reread and not found and _GENERIC in ids and not line.quiet and not line.quoted:
+                found = unknown(line)  # an exception named inside a sentence, which GENERIC's superset does not take
             if len(found) == 1 and isinstance(found[0], Unrecognized) or not found and line.quiet and not line.quoted \
                     and _GENERIC in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
                 found = self._continued(block, limit, e, line) or found
                 key = None  # the lines after it had a say
             if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
                 found = self._unpadded(line) or found
+            if not found and _telling(ids) and (reread or _failure_shaped(raw)) \
+                    or len(found) == 1 and isinstance(found[0], Unrecognized) and not found[0].weak:
+                found = self._reread(line, ids, found)
             if not found and closes and not line.quiet and not GENERIC.match(line.text) \
                     and (x := RAISED.search(line.text)) is not None:
                 # behind a prefix nobody listed ("wandb: ", "- root - ERROR - "): the exception its traceback ends in
@@ -640,6 +656,20 @@ class Scanner:
         # wrapped between words, or folded inside one ("KV cach" / "e is needed")
         return self._rematch(line, ((glue.join(parts), tuple(itertools.accumulate(len(p) + len(glue) for p in parts[:-1])))
                                     for glue in ((" ", "") if folded else (" ",))))
+
+    def _reread(self, line: Line, ids: set[int], found: list[Event]) -> list[Event]:
+        """A failure-shaped line that no anchor matched as printed (`found`: nothing, or its unrecognized failure),
+        read as people paste it (readings.py): cut inside an anchor whose literal it holds; then, where it reads as a
+        failure, retyped in another case, or in the words of a family (a likely match)."""
+        m = self.matcher
+        hits = readings.cut([m.anchors[i] for i in sorted(ids) if i >= 0 and i not in m.off], line, self._frames, FRAME_WINDOW)
+        if not hits and found:
+            hits = readings.folded(m.anchors, line, self._frames, FRAME_WINDOW)
+        if hits:
+            return [Match(entry, anchor, line, caps) for entry, anchor, caps in hits]
+        if found and (h := readings.hinted(m.hinted, line)) is not None:
+            return [Match(h[0], None, line, {}, h[1])]
+        return found
 
     def _unpadded(self, line: Line) -> list[Match]:
         """The anchors that match a failure line whose wraps at a terminal's width became runs of blanks (a screen

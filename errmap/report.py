@@ -73,6 +73,8 @@ def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None) ->
         "slug": e.slug,
         "title": e.title,
         "role": e.role,
+        "confidence": inc.confidence,
+        **({"hint": list(inc.words)} if inc.words is not None else {}),
         "file": inc.first.path,
         "line": inc.first.lineno,
         "last_line": inc.last.lineno if inc.last else inc.first.lineno,
@@ -233,6 +235,8 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     if not (brief or verbose) and steps > FEWEST_STEPS and room > 0 and rows(con, lambda c: print_diagnosis(c, d, n, room=0, steps=steps)) > room:
         return print_diagnosis(con, d, n, room=room, steps=steps - 1)
     role = "" if d["role"] == "root" else f"[dim]{aside(_('consequence'))}[/]"
+    if d["confidence"] == "likely":  # found by the words of its family, not by a known message
+        role += f"[yellow]{aside(_('likely: {words}').format(words=' + '.join(d['hint'])))}[/]"
     block(con, f"[bold]{n}.[/] " if n else "",
           f"[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
     ev = d["evidence"][0]

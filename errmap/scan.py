@@ -155,7 +155,9 @@ class _Packer:
         for line in {id(ev.line): ev.line for ev in events}.values():  # events of one line share it
             line.lineno -= self.shift
         for ev in events:
-            if isinstance(ev, Match):
+            if isinstance(ev, Match) and ev.anchor is None:  # a likely match: sent by its code and words
+                self._put((ev.entry.errno, kept(ev.line), ev.words, None))
+            elif isinstance(ev, Match):
                 self._put((self.index[id(ev.anchor)], kept(ev.line), {k: clip(v) for k, v in ev.captures.items()}))
             elif isinstance(ev, Unrecognized):
                 key = residue_key(ev)
@@ -163,7 +165,7 @@ class _Packer:
                     self.again += digest(key) + min(ev.line.repeat, 0xFFFFFFFF).to_bytes(4, "little")
                 else:
                     self.sent.add(key)
-                    self._put((Unrecognized(kept(ev.line), clip(ev.type), clip(ev.message), ev.inner and clip(ev.inner)),))
+                    self._put((Unrecognized(kept(ev.line), clip(ev.type), clip(ev.message), ev.inner and clip(ev.inner), ev.weak),))
             else:
                 self._put((ev,))
 
@@ -173,6 +175,8 @@ def _unpack(matcher: Matcher, packed: list[tuple], offset: int) -> Iterator[Even
     for item in packed:
         if len(item) == 1:
             ev = item[0]
+        elif len(item) == 4:
+            ev = Match(matcher.entries[item[0]], None, item[1], {}, item[2])
         else:
             entry, anchor = matcher.anchors[item[0]]
             ev = Match(entry, anchor, item[1], item[2])

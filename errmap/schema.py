@@ -33,6 +33,16 @@ def _texts(pattern: str, limit: int = 256) -> list[str]:
     return [regex.sub(r"\(\?P<\w+>", "", regex.sub(r"\\([^\w\s])", r"\1", t)) for t in out]
 
 
+class Site(BaseModel):
+    """A place in a project's source that prints an anchor's message, as seen at one release."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$", description="the GitHub repository, owner/name")
+    path: str = Field(min_length=3, description="the file that prints it")
+    version: str = Field(min_length=1, description="a release tag (or commit) where it was seen")
+
+
 class Anchor(BaseModel):
     """One real message: a required literal for the prefilter and the full pattern."""
 
@@ -43,6 +53,7 @@ class Anchor(BaseModel):
     source: str = Field(min_length=3, description="where the message comes from: upstream file or issue URL")
     unless: str | None = Field(default=None, description="a look-alike: no match on a line this pattern finds")
     frame: str | None = Field(default=None, description="a frame ('path:function  source line') of the failure's traceback must match")
+    sites: list[Site] = Field(default_factory=list, description="where the software prints it: repository, path, version")
 
     @property
     def literals(self) -> list[str]:
@@ -305,6 +316,10 @@ class Entry(BaseModel):
     related: list[int] = Field(default_factory=list)
     caused_by: list[int] = Field(default_factory=list)
     applies_to: str | None = None
+    hints: list[Annotated[str, Field(min_length=3)] | list[Annotated[str, Field(min_length=3)]]] = Field(
+        default_factory=list,
+        description="the words of its family: on a failure line no anchor explains, a hint whose words all occur "
+                    "(case ignored) gives a likely diagnosis")
     unshown: dict[str, str] = Field(
         default_factory=dict,
         description="captures the cause and fix do not show, each with what reads it instead (a check, the key, the GPU detection)")

@@ -79,6 +79,7 @@ class Incident:
     hosts: set[str] = field(default_factory=set)
     files: dict[str, None] = field(default_factory=dict)  # in order of appearance
     cause: Incident | None = None  # for a consequence: the root incident it is folded under
+    words: tuple[str, ...] | None = None  # only likely matches so far (the words of its family, readings.hinted)
     consequences: list[Incident] = field(default_factory=list)
 
     @property
@@ -88,6 +89,10 @@ class Incident:
     @property
     def first(self) -> Line:
         return self.evidence[0]
+
+    @property
+    def confidence(self) -> str:
+        return "exact" if self.words is None else "likely"
 
     def add(self, line: Line) -> None:
         self.count += line.repeat
@@ -111,6 +116,7 @@ class Residue:
     order: int
     inner: str | None = None
     count: int = 0
+    weak: bool = False  # of a weak shape (failures.py): shown only where nothing stronger is
 
 
 @dataclass
@@ -151,7 +157,7 @@ class Triage:
                     self.more_residue += event.line.repeat
                     return None
                 r = self.residue[key] = Residue(clip(event.type), clip(event.message), kept(event.line), self._events,
-                                                event.inner and clip(event.inner))
+                                                event.inner and clip(event.inner), weak=event.weak)
                 self._by_digest[digest(key)] = r
                 r.count = event.line.repeat
                 return r
@@ -170,8 +176,10 @@ class Triage:
                 self.more[e.errno] = self.more.get(e.errno, 0) + m.line.repeat
                 return None
             self._per_code[e.errno] = self._per_code.get(e.errno, 0) + 1
-            inc = self.incidents[fp] = Incident(e, fp, caps, self._events)
+            inc = self.incidents[fp] = Incident(e, fp, caps, self._events, words=m.words if m.anchor is None else None)
         else:
+            if m.anchor is not None:
+                inc.words = None  # an anchor matched too: exact
             for k, v in caps.items():  # a later variant may carry values the first lacked
                 inc.captures.setdefault(k, v)
         inc.add(m.line)
@@ -207,7 +215,7 @@ class Triage:
         for inc in incidents:
             first.setdefault(inc.run, len(first))
         top = sorted((i for i in incidents if i.entry.role == "root" and i.cause is None),
-                     key=lambda i: (first[i.run], all(x.frame for x in i.evidence), all(x.quiet for x in i.evidence),
+                     key=lambda i: (first[i.run], i.words is not None, all(x.frame for x in i.evidence), all(x.quiet for x in i.evidence),
                                     all(ray_own(f) for f in i.files), i.order))
         loose = sorted((i for i in incidents if i.entry.role == "consequence" and i.cause is None), key=lambda i: first[i.run])
         return [x for r in top for x in (r, *_descendants(r))] + loose
@@ -215,8 +223,10 @@ class Triage:
     def unrecognized(self) -> list[Residue]:
         """Residue in order, without wrappers (`RayTaskError(KeyError): ...`) whose wrapped error was diagnosed."""
         diagnosed = {t for inc in self.incidents.values() for line in inc.evidence for t in _TYPE_COLON.findall(line.text)}
+        # weak shapes are evidence only where nothing else is
+        weak = not self.incidents and all(r.weak for r in self.residue.values())
         return sorted(
-            (r for r in self.residue.values() if not (r.inner and r.inner.rsplit(".", 1)[-1] in diagnosed)),
+            (r for r in self.residue.values() if (weak or not r.weak) and not (r.inner and r.inner.rsplit(".", 1)[-1] in diagnosed)),
             key=lambda r: r.order,
         )
 

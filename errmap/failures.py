@@ -1,0 +1,79 @@
+"""Failure shapes: what a failure line looks like when no KB entry knows its message.
+
+The matcher (matcher.py) reads these only on lines that stage one selected by their literals, so they stay off the
+hot path. A line of one of these shapes that no anchor explains is an unrecognized failure, so a failed run is never
+"No error found"; readings.py then tries the KB again on it (cut, case-folded, the words of a family).
+
+Two strengths:
+- strong (GENERIC, GPU_ERROR, an exception named inside a sentence): a failure wherever it is printed, except inside
+  DEBUG/INFO/WARNING records, where an exception was most likely handled;
+- weak (WEAK, and ERROR/CRITICAL/FATAL records): failure evidence only when nothing else in the run is (a log record
+  at ERROR level, a launcher that killed its children); `Triage.unrecognized` drops them beside anything stronger.
+"""
+
+from __future__ import annotations
+
+import regex
+
+# The literals that select the lines the shapes below may match (stage one).
+GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Python error", "core dumped",
+                    "Segmentation fault", "Bus error", "Illegal instruction", "Received signal", ") received by PID",
+                    "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: ", "NCCL WARN ",
+                    # a lowercased or uppercased paste ("valueerror: ...", "RUNTIMEERROR: ..."), a command line's
+                    # "prog: error: ..." (argparse, srun, gcc), C's assert, a shell's report of a killed job
+                    "error:", "ERROR:", "EXCEPTION:", "exception:", "Assertion ", "Killed"]
+
+# The last line of a Python traceback (any exception type, also bare `Exception:`/`Error:` and a lowercased or
+# uppercased paste of one), PyTorch's "Error(s) in loading state_dict", a C++ terminate, a fatal interpreter error,
+# a process killed by a signal (as the shell, the interpreter or torchrun reports it), a compiler's fatal error, a
+# tool's "name: ERROR" line, a command line's "prog: error: ..." (argparse's parser.error, srun, gcc), glibc's
+# assert ("prog: file.c:12: func: Assertion `x' failed."), NCCL's report of a failed system or CUDA call
+# (SYSCHECK/CUDACHECK in its checks.h; other NCCL WARN lines also come at a clean exit, when the proxy service
+# thread closes its connections). Matched at the start of a line's text (after its prefixes).
+GENERIC = regex.compile(
+    r"^(?:(?:[A-Za-z_]\w*\.)*(?P<type>(?:[A-Z]\w*)?(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?(?::\s?(?P<message>.*))?"
+    r"|(?:[a-z_][a-z0-9_]*\.)*(?P<type>[a-z_][a-z0-9_]*(?:error|exception)): ?(?P<message>\S.*)"
+    r"|(?:[A-Z_][A-Z0-9_]*\.)*(?P<type>[A-Z_][A-Z0-9_]*(?:ERROR|EXCEPTION)): ?(?P<message>\S.*)"
+    r"|(?P<type>Error\(s\)) (?P<message>in .+)"
+    r"|(?P<type>terminate) called after throwing an instance of '(?P<message>[^']+)'.*"
+    r"|(?P<type>Fatal Python error): (?P<message>.*)"
+    r"|(?:\S+: (?:line \d+: +)?\d+ +)?(?P<type>Segmentation fault|Bus error|Illegal instruction|Aborted|Floating point exception|Killed)"
+    r"(?P<message>(?: +\(core dumped\))?.*)"
+    r"|(?P<type>Signal \d+ \(SIG[A-Z]+\)) received by PID (?P<message>\d+)"
+    r"|\*\*\* (?P<type>Received signal \d+) \*\*\*(?P<message>.*)"
+    r"|\S+:\d+:(?:\d+:)? (?P<type>fatal error): (?P<message>.*)"
+    r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+)"
+    r"|(?:\S+: )?(?P<type>error): (?P<message>\S.*)"
+    r"|(?:\S+: )?\S+:\d+: (?:.*?[:\]] )?(?P<type>Assertion) (?P<message>.+? failed)\.?"
+    r"|(?:\S+:\d+ )?(?P<type>NCCL WARN) (?P<message>(?:Call to \S+ failed ?:|Cuda failure|HIP failure) .+))$"
+)
+# A CUDA/HIP error no anchor knows, wherever it sits (NCCL's watchdog quotes it mid-line).
+GPU_ERROR = regex.compile(r"\b(?P<type>CUDA error|HIP error)(?P<inner>): (?P<message>.+)$")
+# An exception named after other text: what ends an open traceback behind a prefix nobody listed.
+RAISED = regex.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?: (?P<message>.*)$")
+# ... and one quoted in a sentence of another language ("训练时报错 KeyError: 'prompt'"); after English words it is more
+# often a handled error quoted in a warning ("falling back because of ImportError: ...").
+QUOTED = regex.compile(r"[^\x00-\x7f]\s*(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?: (?P<message>.*)$")
+CAUGHT = regex.compile(r"Caught (\w+) in ")
+
+# Weak shapes: launchers' reports that a child failed or was killed, at whatever level they are logged. DeepSpeed's
+# launcher (deepspeed/launcher/launch.py sigkill_handler) logs "Killing subprocess N" at INFO for each rank when one
+# failed (or on SIGINT/SIGTERM), then "<cmd> exits with return code = N" at ERROR; a shell's "Killed" after a job's
+# command line is GENERIC's.
+WEAK_LITERALS = ["Killing subprocess ", "exits with return code = "]
+WEAK = regex.compile(
+    r"(?P<type>Killing subprocess) (?P<message>\d+)$"
+    r"|(?P<message>.*) (?P<type>exits with return code) = (?P<code>-?[1-9]\d*)$"
+)
+# Log records at these levels are failure evidence of the weak kind; glog's E/F records count where a C++ file
+# printed them (PyTorch's Python loggers also print E records for handled failures, e.g. inductor's autotuning).
+LOUD_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
+# What stage one reads to find such records: Python logging's level names, and glog's E/F letter before its date
+# ("E1205 10:00:00.123456 77 ProcessGroupNCCL.cpp:616] ", "[E1205 ...", Ray's "[2025-04-21 10:05:37,313 E 9596 9597] ").
+LEVEL_LITERALS = ["ERROR", "CRITICAL", "FATAL", " E ", *(f"{p}{k}{d}" for p in ("\n", "[") for k in "EF" for d in "0123456789")]
+_PYTHON_GLOG = regex.compile(r"[EF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [^\]\s]+\.py:\d+\]")
+
+
+def loud(raw: str, level: str | None) -> bool:
+    """Whether a record's level makes it failure evidence: ERROR and above, but not a Python logger's glog record."""
+    return level in LOUD_LEVELS and not (level in ("ERROR", "FATAL") and _PYTHON_GLOG.search(raw))

@@ -1,0 +1,82 @@
+"""Readings: the KB tried again on a failure line that no anchor matched as printed, read as people paste it.
+
+The scanner (matcher.py) asks for these only on failure-shaped lines (failures.py) that gave nothing or only an
+unrecognized failure, so they never run on the hot path. In order:
+- cut: the line ends inside an anchor's message ("..., unable to" for "..., unable to compile"), as a paste or a
+  terminal cuts its last words: the anchor matched up to the line's end (a partial match) over one of its literals,
+  and the line ends inside a word or after a comma, not after a closing mark;
+- folded: the message retyped in lower or upper case ("valueerror: bfloat16 is only supported ..."): literals and
+  patterns compared without case;
+- hinted: the words of an entry's family (`hints:` in the KB) on a line of a failure's shape, a likely diagnosis:
+  the entry whose most specific hint (most characters) matches, unless two entries tie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import regex
+
+from errmap.kb import USER_RANGE, Anchor, Entry
+from errmap.lines import Line
+
+# A line cut by a paste ends inside a word or after a comma or blank; one that ends with a closing mark is whole.
+_CUT_END = regex.compile(r"[\w,;:\- ]$")
+
+
+def _agrees(anchor: Anchor, line: Line, m: regex.Match[str], frames: Iterable[tuple[int, str]], window: int) -> bool:
+    """The anchor's guard does not find the line, and its frame rule (if any) finds a frame of the failure."""
+    if anchor.guard is not None and anchor.guard.search(line.text):
+        return False
+    return anchor.frames is None or any(n >= line.lineno - window and anchor.frames.search(f) for n, f in frames)
+
+
+def cut(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable[tuple[int, str]] = (),
+        window: int = 200) -> list[tuple[Entry, Anchor, dict[str, str]]]:
+    """The anchors whose message the line holds up to its end, cut there."""
+    text = line.text.rstrip()
+    if not _CUT_END.search(line.text):
+        return []
+    out, seen = [], set()
+    for entry, anchor in anchors:
+        if entry.errno in seen or entry.errno in USER_RANGE:
+            continue
+        m = anchor.compiled.search(text, partial=True)
+        if m is None or not m.partial or not any(lit in m[0] for lit in anchor.literals):
+            continue
+        if _agrees(anchor, line, m, list(frames), window):
+            seen.add(entry.errno)
+            out.append((entry, anchor, {k: v for k, v in m.groupdict().items() if v}))
+    return out
+
+
+def folded(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable[tuple[int, str]] = (),
+           window: int = 200) -> list[tuple[Entry, Anchor, dict[str, str]]]:
+    """The anchors that match the line with case ignored, where one of their literals occurs in it so."""
+    lower = line.text.lower()
+    out, seen = [], set()
+    for entry, anchor in anchors:
+        if entry.errno in seen or entry.errno in USER_RANGE or not any(lit.lower() in lower for lit in anchor.literals):
+            continue
+        m = anchor.folded.search(line.text)
+        if m is not None and _agrees(anchor, line, m, list(frames), window):
+            seen.add(entry.errno)
+            out.append((entry, anchor, {k: v for k, v in m.groupdict().items() if v is not None}))
+    return out
+
+
+def hinted(entries: Iterable[Entry], line: Line) -> tuple[Entry, tuple[str, ...]] | None:
+    """The entry whose family's words the line holds, with the words: the most specific hint wins; a tie is no answer."""
+    lower = line.text.lower()
+    best: list[tuple[int, Entry, tuple[str, ...]]] = []
+    for entry in entries:
+        found = [h for h in entry.hints if all(w in lower for w in h)]
+        if found:
+            words = max(found, key=lambda h: sum(map(len, h)))
+            best.append((sum(map(len, words)), entry, words))
+    if not best:
+        return None
+    best.sort(key=lambda b: -b[0])
+    if len(best) > 1 and best[1][0] == best[0][0]:
+        return None
+    return best[0][1], best[0][2]
