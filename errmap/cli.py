@@ -207,7 +207,7 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
                              f"[cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
         else:
             probed = extra(item) if extra is not None else {}
-            d = diagnose(item, gpu=report.gpu(item.run))
+            d = diagnose(item, gpu=report.gpu(item.run), have=report.versions(item.run))
             d.update(probed)
             if fmt == "jsonl":
                 from errmap.formats import jsonl
@@ -296,6 +296,8 @@ def _prober(report: Report, settings: Callable[[], dict], data_file: str | None,
                 prober = verify.prober_for(settings(), data_file, model_dir)
             if report.probed_gpu is None and verify.reads_gpu(inc.entry):
                 report.probed_gpu = verify.probed_gpu(prober)
+            if not report.probed_versions and verify.versioned(inc.entry):
+                report.probed_versions = verify.probed_versions(prober)
             report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()
         return report.extra[inc.fingerprint]
 

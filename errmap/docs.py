@@ -240,17 +240,20 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         # One list, grouped: the general steps, then each stack's, marked with the stack's name.
         groups = e.steps_by_stack()
         return [f"{n}. " + (f"**{text(stack)}:** " if stack and len(groups) > 1 else "")
-                + (f"*({text(gpus.label(step.gpu))})* " if step.gpu else "") + prose(step.text, names)
+                + (f"*({text(gpus.label(step.gpu))})* " if step.gpu else "")
+                + (f"*({text(step.releases)})* " if step.releases else "") + prose(step.text, names)
                 for n, (stack, step) in enumerate(((stack, step) for stack, steps in groups for _, step in steps), 1)] + [""]
 
     def why() -> list[str]:
         return [prose(e.cause, names), ""]
 
     def links() -> list[str]:
+        from errmap.report import link_state
+
         out = [] if e.links else ["None recorded."]
         for link in e.links:
-            fixed = f" (fixed in {text(link.fixed_in)})" if link.fixed_in else ""
-            out.append(f"- **{link.kind}** {_link(link.url, link.title)}{fixed}")
+            state = f" ({text(s)})" if (s := link_state(link)) else ""
+            out.append(f"- **{_(link.kind)}** {_link(link.url, link.title)}{state}")
         return out + [""]
 
     def example() -> list[str]:
@@ -297,16 +300,26 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         # weighs its title above body text, so a pasted message ranks the section that prints it
         # first. Raw HTML keeps them out of the page's table of contents.
         out = []
+        sites = {site for a in e.anchors for site in a.sites}
+        if sites:
+            out += [_("Its messages were found at {n} places in the source of {m} projects:").format(
+                n=len(sites), m=len({repo for repo, _path, _version in sites})), ""]
         for n, a in enumerate(e.anchors, 1):
             lits = " or ".join(_code(lit) for lit in a.literals)
             rules = "".join(
                 f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
                 for label, value in ((_("only inside a traceback with a frame matching"), a.frame), (_("not on a line matching"), a.unless))
                 if value
-            )
+            ) + "".join(f'<br><span class="errmap-pattern">{_("seen in")} {_code(repo)} {_code(path)} ({html.escape(version)})</span>'
+                        for repo, path, version in a.sites)
             out += [f'<h3 class="errmap-message" id="message-{n}">{lits}</h3>',
                     f'<p>{_("printed by")} {_source(a.source)}<br>'
                     f'<span class="errmap-pattern">{_("pattern")} {_code(a.regex)}</span>{rules}</p>', ""]
+        if e.hints:  # the second tier: on a failure line no message above explains (errmap/readings.py)
+            out += [f'<h3 class="errmap-message" id="hints">{_("Words of its family")}</h3>',
+                    _("A failure line that none of these messages explains, holding every word of one of these, is "
+                      "diagnosed as this code, marked likely:"), "",
+                    *(f"- {' + '.join(_code(w) for w in hint)}" for hint in e.hints), ""]
         return out
 
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example,

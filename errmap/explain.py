@@ -19,7 +19,7 @@ from errmap.i18n import _, pad
 from errmap.kb import KB, PLACEHOLDER, Entry
 from errmap.lines import ANSI
 from errmap.probes import PROBES
-from errmap.report import docs_url, lead
+from errmap.report import aside, docs_url, lead, link_state
 
 # The sections of an entry by key, in the order a reader needs them: what it is and what to do
 # first, then why and the evidence, the rules errmap matches last. The keys name them in code.
@@ -95,7 +95,7 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
         except OSError:
             continue
         hit = next((ev for ev in scan_chunks(matcher, str(log), [data])
-                    if isinstance(ev, Match) and ev.entry.errno == e.errno), None)
+                    if isinstance(ev, Match) and ev.entry.errno == e.errno and ev.anchor is not None), None)
         if hit is not None:
             side = _sidecar(log)
             expect = side.get("expect") or [e.errno]
@@ -294,7 +294,8 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
                 block(con, "  ", f"[bold]{escape(stack or _('Any run'))}[/]")
             digits = len(str(steps[-1][0]))
             for i, step in steps:
-                when = f"[dim]{_('({what}) ').format(what=escape(gpus.label(step.gpu)))}[/]" if getattr(step, "gpu", ()) else ""
+                what = [x for x in (gpus.label(step.gpu) if getattr(step, "gpu", ()) else "", getattr(step, "releases", "")) if x]
+                when = f"[dim]{_('({what}) ').format(what=escape('; '.join(what)))}[/]" if what else ""
                 block(con, f"  {i:>{digits}}. ", when + escape(e.fill(step.text)))
 
     def why() -> None:
@@ -304,9 +305,8 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         if not e.links:
             con.print(f"  [dim]{_('None recorded.')}[/]")
         for link in e.links:
-            fixed = _(" (fixed in {version})").format(version=link.fixed_in) if link.fixed_in else ""
-            block(con, f"  [dim]{pad(_(link.kind), 7)}[/] ", escape(link.url))
-            block(con, " " * 10, escape(link.title + fixed))
+            block(con, f"  [dim]{pad(_(link.kind), 8)}[/] ", escape(link.url))
+            block(con, " " * 11, escape(link.title + aside(state)) if (state := link_state(link)) else escape(link.title))
 
     def example_log() -> None:
         if example is None:

@@ -21,11 +21,11 @@ GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Pytho
                     "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: ", "NCCL WARN ",
                     # a lowercased or uppercased paste ("valueerror: ...", "RUNTIMEERROR: ..."), a command line's
                     # "prog: error: ..." (argparse, srun, gcc), C's assert, a shell's report of a killed job
-                    "error:", "ERROR:", "EXCEPTION:", "exception:", "Assertion ", "Killed"]
+                    "error:", "ERROR:", "EXCEPTION:", "exception:", "Assertion ", "Killed", "zsh: "]
 
 # The last line of a Python traceback (any exception type, also bare `Exception:`/`Error:` and a lowercased or
 # uppercased paste of one), PyTorch's "Error(s) in loading state_dict", a C++ terminate, a fatal interpreter error,
-# a process killed by a signal (as the shell, the interpreter or torchrun reports it), a compiler's fatal error, a
+# a process killed by a signal (as the shell (zsh in lower case), the interpreter or torchrun reports it), a compiler's fatal error, a
 # tool's "name: ERROR" line, a command line's "prog: error: ..." (argparse's parser.error, srun, gcc), glibc's
 # assert ("prog: file.c:12: func: Assertion `x' failed."), NCCL's report of a failed system or CUDA call
 # (SYSCHECK/CUDACHECK in its checks.h; other NCCL WARN lines also come at a clean exit, when the proxy service
@@ -38,6 +38,8 @@ GENERIC = regex.compile(
     r"|(?P<type>terminate) called after throwing an instance of '(?P<message>[^']+)'.*"
     r"|(?P<type>Fatal Python error): (?P<message>.*)"
     r"|(?:\S+: (?:line \d+: +)?\d+ +)?(?P<type>Segmentation fault|Bus error|Illegal instruction|Aborted|Floating point exception|Killed)"
+    r"(?P<message>(?: +\(core dumped\))?.*)"
+    r"|zsh: (?P<type>segmentation fault|bus error|illegal hardware instruction|killed|abort|floating point exception)"
     r"(?P<message>(?: +\(core dumped\))?.*)"
     r"|(?P<type>Signal \d+ \(SIG[A-Z]+\)) received by PID (?P<message>\d+)"
     r"|\*\*\* (?P<type>Received signal \d+) \*\*\*(?P<message>.*)"
@@ -61,19 +63,22 @@ CAUGHT = regex.compile(r"Caught (\w+) in ")
 # failed (or on SIGINT/SIGTERM), then "<cmd> exits with return code = N" at ERROR; a shell's "Killed" after a job's
 # command line is GENERIC's.
 WEAK_LITERALS = ["Killing subprocess ", "exits with return code = "]
-WEAK = regex.compile(
-    r"(?P<type>Killing subprocess) (?P<message>\d+)$"
-    r"|(?P<message>.*) (?P<type>exits with return code) = (?P<code>-?[1-9]\d*)$"
-)
+WEAK = regex.compile(r"(?P<type>Killing subprocess) (?P<message>\d+)$|(?P<type>exits with return code) = (?P<message>-?[1-9]\d*)$")
 # Log records at these levels are failure evidence of the weak kind; glog's E/F records count where a C++ file
 # printed them (PyTorch's Python loggers also print E records for handled failures, e.g. inductor's autotuning).
 LOUD_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
-# What stage one reads to find such records: Python logging's level names, and glog's E/F letter before its date
-# ("E1205 10:00:00.123456 77 ProcessGroupNCCL.cpp:616] ", "[E1205 ...", Ray's "[2025-04-21 10:05:37,313 E 9596 9597] ").
-LEVEL_LITERALS = ["ERROR", "CRITICAL", "FATAL", " E ", *(f"{p}{k}{d}" for p in ("\n", "[") for k in "EF" for d in "0123456789")]
+# What stage one reads to find such records: Python logging's level names, and the E/F letter of a C++ glog record
+# as c10 brackets it ("[E1205 10:00:00.123456 77 ProcessGroupNCCL.cpp:616] ", old torch "[E ProcessGroupNCCL.cpp:737] ")
+# and Ray's C++ logs print it ("[2025-04-21 10:05:37,313 E 9596 9597] "). An unbracketed "E1205 ..." record is a Python
+# logger's (torch.distributed's), which does not count.
+LEVEL_LITERALS = ["ERROR", "CRITICAL", "FATAL", " E ", "[E ", "[F ", *(f"[{k}{d}" for k in "EF" for d in "0123456789")]
 _PYTHON_GLOG = regex.compile(r"[EF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [^\]\s]+\.py:\d+\]")
+# A C++ glog E/F record wherever it sits, behind a prefix peeling does not know ("trainer/0 [1]:[E socket.cpp:610] ").
+_CPP_GLOG = regex.compile(r"\[[EF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)?)? [^\]\s]+\.(?:cc|cpp|cxx|cu|h|hpp):\d+\]")
 
 
-def loud(raw: str, level: str | None) -> bool:
-    """Whether a record's level makes it failure evidence: ERROR and above, but not a Python logger's glog record."""
-    return level in LOUD_LEVELS and not (level in ("ERROR", "FATAL") and _PYTHON_GLOG.search(raw))
+def loud(raw: str, level: str | None) -> str | None:
+    """The level that makes a record failure evidence: ERROR and above, but not a Python logger's glog record."""
+    if level in LOUD_LEVELS:
+        return None if level in ("ERROR", "FATAL") and _PYTHON_GLOG.search(raw) else level
+    return "ERROR" if "[" in raw and _CPP_GLOG.search(raw) else None

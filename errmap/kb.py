@@ -104,18 +104,28 @@ class Step:
     text: str
     stack: tuple[str, ...] = ()
     gpu: tuple[str, ...] = ()
+    versions: tuple[tuple[str, str], ...] = ()  # (package, specifier): the releases it holds for
+    seen: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stack", _stacks(self.stack))
         object.__setattr__(self, "gpu", _stacks(self.gpu))
+        object.__setattr__(self, "versions", tuple(
+            (p, s) for p, s in (self.versions.items() if isinstance(self.versions, dict) else self.versions)))
+
+    @property
+    def releases(self) -> str:
+        """The releases it holds for, as people read them: "verl <0.6, vllm >=0.8"; empty for any."""
+        return ", ".join(f"{p} {s}".strip() for p, s in self.versions if s)
 
 
 @dataclass(frozen=True)
 class Link:
     url: str
-    kind: str
+    kind: str  # fix, proposal, issue or docs (schema.Link)
     title: str
-    fixed_in: str | None = None
+    merged: str | None = None  # a fix: where its merge was seen
+    released_in: str | None = None  # a fix: "<package> <version>" of the first release that ships it, or "unreleased"
     stack: tuple[str, ...] = ()  # the stacks it is for, empty when it is general
 
     def __post_init__(self) -> None:

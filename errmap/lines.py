@@ -72,6 +72,10 @@ PREFIX = regex.compile(
     # (a job runner's "stdout/INFO  ")
     r"|(?:std(?:out|err)/)?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?: (?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?))?"
     r"(?: \[[^\]]*\]| [\w.-]+:\d+\]| [\w.-]+:\d+ --)?(?::[\w.]+:\s*|(?::| -| \|)?\s+)"
+    # a pasted log's line-number gutter: "1831 | ", "[1831] ", "L1831: " (an editor's, a CI viewer's or a pager's)
+    r"|\d{1,7} +\| |\[\d{1,7}\] |L\d{1,7}: "
+    # a Markdown quote ("> ", nested "> > ") and a CI viewer's bare gutter ("  | ") before every line of a paste
+    r"|(?:> ?)+|\s*\| "
     # docker compose "svc-1  | ", kubectl --prefix "[pod/trainer-0/main] ", slurm srun -l "3: "
     r"|(?P<host>[\w.-]+) +\| "
     r"|\[?pod/(?P<host>[^/\]\s]+)(?:/[^\]\s]+)?\]? "

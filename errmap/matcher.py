@@ -26,11 +26,11 @@ from pathlib import Path
 
 import regex
 
-from errmap import failures, gpus, readings
+from errmap import failures, gpus, readings, versions
 from errmap import superset as superset_module
 from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex, write_cache
-from errmap.failures import (CAUGHT, GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, QUOTED, RAISED, WEAK,
-                             WEAK_LITERALS, loud)
+from errmap.failures import (CAUGHT, GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, LOUD_LEVELS, QUOTED,
+                             RAISED, WEAK, WEAK_LITERALS, loud)
 from errmap.lines import ANSI, PREFIX, Line, peel
 from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
 from errmap.superset import DIGITS, Unsupported, digit_blind, superset
@@ -61,8 +61,8 @@ CONTINUED, CONTINUED_MAX = 3, 2048
 PAD = 20
 PADDED = re.compile(f" {{{PAD},}}")  # a terminal's wrap turned into blanks when a screen is copied whole
 
-_GENERIC, _FRAME, _TRACEBACK, _GPU, _WEAK = -1, -2, -3, -4, -5
-_STACK = -6  # _STACK - k: the k-th of stack.LITERALS
+_GENERIC, _FRAME, _TRACEBACK, _GPU, _WEAK, _VERSION = -1, -2, -3, -4, -5, -6
+_STACK = -7  # _STACK - k: the k-th of stack.LITERALS
 _STACKS = list(STACK_LITERALS.values())
 _GENERIC_ONLY = {_GENERIC}
 # "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
@@ -74,8 +74,8 @@ _SHAPED = re.compile(b"|".join(map(re.escape, _SHAPES)) + rb"|(?:Error|Exception
 
 
 def _telling(ids: set[int]) -> bool:
-    """Whether stage one found an anchor's literal or GENERIC's in a line: one that may be read again."""
-    return any(i >= 0 or i == _GENERIC for i in ids)
+    """Whether stage one found an anchor's literal or GENERIC's in a line (every other id is below _GENERIC)."""
+    return max(ids) >= _GENERIC
 
 
 def _failure_shaped(raw: bytes) -> bool:
@@ -148,6 +148,15 @@ class Named:
 
 
 @dataclass(slots=True)
+class Release:
+    """A line of a source that names the release of a package the run uses (versions.py); the first for each."""
+
+    line: Line
+    package: str
+    version: str
+
+
+@dataclass(slots=True)
 class GpuNamed:
     """The first line of a source that names a GPU (gpus.py)."""
 
@@ -155,7 +164,7 @@ class GpuNamed:
     name: str
 
 
-Event = Match | Unrecognized | Named | GpuNamed
+Event = Match | Unrecognized | Named | GpuNamed | Release
 
 
 class Matcher:
@@ -182,16 +191,21 @@ class Matcher:
             literals.setdefault(lit, set()).add(_STACK - k)
         for lit in gpus.LITERALS:
             literals.setdefault(lit, set()).add(_GPU)
+        for lit in versions.LITERALS:
+            literals.setdefault(lit, set()).add(_VERSION)
         self.literals = list(literals)
         self.targets = [literals[lit] for lit in self.literals]
         # ids whose lines are recorded (a frame, a traceback header, a stack's or a GPU's name) whatever anchors match:
         # every stage-one id but the anchors' and GENERIC's, so `ids <= recorded` says that no anchor is left
-        self.recorded = {_FRAME, _TRACEBACK, _GPU, *(_STACK - k for k in range(len(STACK_LITERALS)))}
+        self.recorded = {_FRAME, _TRACEBACK, _GPU, _VERSION, *(_STACK - k for k in range(len(STACK_LITERALS)))}
         # stage-one literals that only name a stack: the first in a block names it, those after have nothing to say
         self.names = {k: _STACKS[_STACK - i] for k, (i, *more) in enumerate(self.targets) if not more and i <= _STACK}
+        # stage-one literals that only name one package's release (a banner): those after the first have nothing to say
+        self.releases = {k: versions.BANNERS[lit] for k, lit in enumerate(self.literals)
+                         if lit in versions.BANNERS and self.targets[k] == {_VERSION}}
         # anchors whose result on a line depends on more than the line: a frame rule, a user's anchor (its timeouts count)
         self.contextual = {i for i, (e, a) in enumerate(self.anchors) if a.frames is not None or e.errno in USER_RANGE}
-        self.prefilter = build(self.literals, once=frozenset(self.names))
+        self.prefilter = build(self.literals, once=frozenset(self.names) | frozenset(self.releases))
         # A line that gave nothing is remembered with every ASCII digit read as 0 (a time, a rank, a pid, a step)
         # where nothing that reads it tells one digit from another: not these anchors (superset.digit_blind), not a
         # literal with a digit in it (the literals' digits read as 0, found in the line's).
@@ -328,16 +342,16 @@ def unknown(line: Line, generic: bool = True) -> list[Unrecognized]:
         g = GENERIC.match(line.text)
         if g is None and " error: " in line.text:
             g = GPU_ERROR.search(line.text)
-        if g is None:  # an exception named inside a sentence of another language
+        if g is None and not line.text.isascii():  # an exception named inside a sentence of another language
             g = QUOTED.search(line.text)
     if g is not None:
         message = (g["message"] or "").strip()
         caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."
         return [Unrecognized(line, g["type"], message, g["inner"] or (caught and caught[1]))]
-    if (w := WEAK.search(line.text)) is not None:  # at any level: launchers log these at INFO
+    if any(lit in line.text for lit in WEAK_LITERALS) and (w := WEAK.search(line.text)) is not None:  # at any level
         return [Unrecognized(line, w["type"], w["message"].strip(), weak=True)]
-    if loud(line.raw, line.level) and line.text.strip():
-        return [Unrecognized(line, line.level, line.text.strip(), weak=True)]
+    if (level := loud(line.raw, line.level)) and line.text.strip():
+        return [Unrecognized(line, level, line.text.strip(), weak=True)]
     return []
 
 
@@ -363,6 +377,7 @@ class Scanner:
     _open: tuple[int, bytes] | None = field(default=None, repr=False)  # a traceback header no failure has followed yet
     _stacks: set[str] = field(default_factory=set, repr=False)  # stacks named so far
     _gpu: bool = field(default=False, repr=False)  # whether a GPU was named yet
+    _released: set[str] = field(default_factory=set, repr=False)  # packages whose release was named
     # the lines that gave nothing and recorded nothing, by their shape (digits read as 0) -> [whether one may end a
     # traceback (failure-shaped; None: not read yet), whether no digit can matter to a line of this shape (None: not
     # read yet), the bytes of the last of them]
@@ -441,6 +456,7 @@ class Scanner:
         # line's bounds starts where the previous line ended (linear on a long line full of hits)
         targets = m.targets
         named = {pat for pat, stack in m.names.items() if stack in self._stacks}  # literals with nothing more to say
+        named |= {pat for pat, package in m.releases.items() if package in self._released}
         for pat, stop in m.prefilter.hits(memoryview(block)[:limit]):
             if pat in named:
                 continue
@@ -491,10 +507,9 @@ class Scanner:
                 if m.supersets is not None:  # it may end the open traceback
                     narrowed.update(self._narrow(block, [s], hits, raws))
             tried = narrowed.get(s, ids)
-            if tried <= m.recorded and not _telling(ids):
-                reread = False
-            else:  # a failure-shaped line that no anchor's superset nor GENERIC's took: read again (cut, in a sentence)
-                reread = tried <= m.recorded and _failure_shaped(raws[s] if s in raws else _raw(block[s:e]))
+            # a failure-shaped line (each shape holds one of GENERIC's literals) that no anchor's superset nor GENERIC's
+            # took: read again (cut, named inside a sentence)
+            reread = tried <= m.recorded and _GENERIC in ids and _failure_shaped(raws[s] if s in raws else _raw(block[s:e]))
             if self._open is None and ids.isdisjoint(m.recorded) and tried <= m.recorded and not reread:
                 self._remember(keys.get(s))
                 continue  # nothing to record and no anchor left: not even its line number is needed
@@ -506,12 +521,17 @@ class Scanner:
                 nl = block.find(b"\n", e + 1, limit)
                 src = bytes(block[e + 1: nl if nl >= 0 else limit]).strip()
                 self._frames.append((lineno, (f[1] + b":" + f[2] + b"  " + src).decode("utf-8", "replace")))
-                events += self._named(in_frame(f[1].decode("utf-8", "replace")), lineno, raw)
+                path = f[1].decode("utf-8", "replace")
+                events += self._named(in_frame(path), lineno, raw)
+                if "-" in path and (found := versions.in_path(path)) is not None:
+                    events += self._release([found], lineno, raw)
             elif _TRACEBACK in ids and TRACEBACK.search(raw):
                 self._open = (lineno, raw)
             for i in ids:
                 if i <= _STACK:
                     events += self._named(_STACKS[_STACK - i], lineno, raw)
+            if _VERSION in ids:
+                events += self._release(versions.in_line(raw.decode("utf-8", "replace")), lineno, raw)
             if _GPU in ids and not self._gpu and (name := gpus.named_in(raw)) is not None:
                 self._gpu = True
                 events.append(GpuNamed(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), name))
@@ -532,9 +552,8 @@ class Scanner:
                 self._remember(key)
                 continue  # no superset matched: no anchor can
             line = line or peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
-            found = m.match_line(line, tried, self._frames)
-            if reread and not found and _GENERIC in ids and not line.quiet and not line.quoted:
-                found = unknown(line)  # an exception named inside a sentence, which GENERIC's superset does not take
+            # GENERIC's superset reads a line's start: an exception named inside a sentence is read by match_line too
+            found = m.match_line(line, tried | (ids & _GENERIC_ONLY), self._frames)
             if len(found) == 1 and isinstance(found[0], Unrecognized) or not found and line.quiet and not line.quoted \
                     and _GENERIC in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
                 found = self._continued(block, limit, e, line) or found
@@ -542,7 +561,7 @@ class Scanner:
             if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
                 found = self._unpadded(line) or found
             if not found and _telling(ids) and (reread or _failure_shaped(raw)) \
-                    or len(found) == 1 and isinstance(found[0], Unrecognized) and not found[0].weak:
+                    or len(found) == 1 and isinstance(found[0], Unrecognized):
                 found = self._reread(line, ids, found)
             if not found and closes and not line.quiet and not GENERIC.match(line.text) \
                     and (x := RAISED.search(line.text)) is not None:
@@ -618,6 +637,14 @@ class Scanner:
                     narrowed[s].add(i)
         return narrowed
 
+    def _release(self, found: list[tuple[str, str]], lineno: int, raw: bytes) -> list[Release]:
+        new = [(p, v) for p, v in found if p not in self._released]
+        if not new:
+            return []
+        self._released.update(p for p, _ in new)
+        line = peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""))
+        return [Release(line, p, v) for p, v in new]
+
     def _named(self, stack: str | None, lineno: int, raw: bytes) -> list[Named]:
         if stack is None or stack in self._stacks:
             return []
@@ -663,11 +690,18 @@ class Scanner:
         failure, retyped in another case, or in the words of a family (a likely match)."""
         m = self.matcher
         hits = readings.cut([m.anchors[i] for i in sorted(ids) if i >= 0 and i not in m.off], line, self._frames, FRAME_WINDOW)
-        if not hits and found:
-            hits = readings.folded(m.anchors, line, self._frames, FRAME_WINDOW)
+        failure = found[0] if found and isinstance(found[0], Unrecognized) else None
+        if failure is None or failure.weak and failure.type not in LOUD_LEVELS:  # no failure, or a launcher's report
+            return [Match(entry, anchor, line, caps) for entry, anchor, caps in hits] or found
+        hits = hits or readings.folded(m.anchors, line, self._frames, FRAME_WINDOW)
         if hits:
             return [Match(entry, anchor, line, caps) for entry, anchor, caps in hits]
-        if found and (h := readings.hinted(m.hinted, line)) is not None:
+        text = line.text
+        if failure.type == "AssertionError" and not failure.message and self._frames:
+            text += " " + self._frames[-1][1].split("  ", 1)[-1]  # a bare assert: its statement is its message
+        # an entry whose anchor read this line (its literal is here) and refused it is not hinted at: a look-alike
+        refused = {m.anchors[i][0].errno for i in ids if i >= 0}
+        if (h := readings.hinted((e for e in m.hinted if e.errno not in refused), text)) is not None:
             return [Match(h[0], None, line, {}, h[1])]
         return found
 

@@ -5,10 +5,11 @@ unrecognized failure, so they never run on the hot path. In order:
 - cut: the line ends inside an anchor's message ("..., unable to" for "..., unable to compile"), as a paste or a
   terminal cuts its last words: the anchor matched up to the line's end (a partial match) over one of its literals,
   and the line ends inside a word or after a comma, not after a closing mark;
-- folded: the message retyped in lower or upper case ("valueerror: bfloat16 is only supported ..."): literals and
-  patterns compared without case;
+- folded: the message retyped wholly in lower or upper case ("valueerror: bfloat16 is only supported ..."): literals
+  and patterns compared without case;
 - hinted: the words of an entry's family (`hints:` in the KB) on a line of a failure's shape, a likely diagnosis:
-  the entry whose most specific hint (most characters) matches, unless two entries tie.
+  the entry whose most specific hint (most characters) matches, unless two entries tie; never an entry whose anchor
+  read the line and refused it (a look-alike).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def folded(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable
            window: int = 200) -> list[tuple[Entry, Anchor, dict[str, str]]]:
     """The anchors that match the line with case ignored, where one of their literals occurs in it so."""
     lower = line.text.lower()
+    if line.text not in (lower, line.text.upper()):
+        return []  # a line in mixed case was not retyped: its case is the software's (`myTrainer` is no `Trainer`)
     out, seen = [], set()
     for entry, anchor in anchors:
         if entry.errno in seen or entry.errno in USER_RANGE or not any(lit.lower() in lower for lit in anchor.literals):
@@ -65,9 +68,10 @@ def folded(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable
     return out
 
 
-def hinted(entries: Iterable[Entry], line: Line) -> tuple[Entry, tuple[str, ...]] | None:
-    """The entry whose family's words the line holds, with the words: the most specific hint wins; a tie is no answer."""
-    lower = line.text.lower()
+def hinted(entries: Iterable[Entry], text: str) -> tuple[Entry, tuple[str, ...]] | None:
+    """The entry whose family's words a failure's text holds, with the words: the most specific hint (most characters)
+    wins; a tie is no answer."""
+    lower = text.lower()
     best: list[tuple[int, Entry, tuple[str, ...]]] = []
     for entry in entries:
         found = [h for h in entry.hints if all(w in lower for w in h)]

@@ -17,7 +17,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape as _markup
 
-from errmap import gpus
+from errmap import gpus, versions
 from errmap.gpus import GPU
 from errmap.i18n import _, ngettext, pad
 from errmap.kb import STACKS
@@ -53,6 +53,18 @@ def docs_url(errno: int) -> str | None:
     return page.as_uri() if (root / "mkdocs.yml").is_file() and page.is_file() else None
 
 
+def link_state(link: Any) -> str:
+    """What a link's change became, as it was seen: "fixed in vllm 0.6.5", "merged, not yet released", "proposed,
+    not merged"; nothing for an issue or docs. `link`: a KB link or its JSON."""
+    get = link.get if isinstance(link, dict) else lambda k: getattr(link, k, None)
+    if get("kind") == "proposal":
+        return _("proposed, not merged")
+    if get("kind") != "fix":
+        return ""
+    return _("merged, not yet released") if get("released_in") == "unreleased" else \
+        _("fixed in {release}").format(release=get("released_in"))
+
+
 def _evidence(line: Line) -> dict[str, Any]:
     out: dict[str, Any] = {"file": line.path, "line": line.lineno, "text": line.raw, "message": line.text}
     for name in ("rank", "actor", "pid", "host", "level", "time"):
@@ -63,11 +75,32 @@ def _evidence(line: Line) -> dict[str, Any]:
     return out
 
 
-def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None) -> dict[str, Any]:
+def holds_for(step: Any, have: dict[str, dict[str, Any]]) -> bool:
+    """Whether a fix step holds for the run's releases (`have`: package -> {"version": ...}): every package it names
+    a range for and the run names a release of is in that range."""
+    return all(versions.holds(spec, have[p]["version"]) for p, spec in step.versions if p in have)
+
+
+def upgrades(links: list[Any], have: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
+    """The fixes released after the run's release of their package: where to upgrade to."""
+    out = []
+    for link in links:
+        if link.kind == "fix" and link.released_in and (r := versions.release(link.released_in)) is not None:
+            package, fixed = r
+            if package in have and versions.parse(have[package]["version"]) < versions.parse(fixed):
+                out.append({"package": package, "version": have[package]["version"], "fixed_in": fixed, "url": link.url})
+    return out
+
+
+def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None,
+             have: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """One incident as a diagnosis of the JSON contract, its fix steps and links for the run's `stack`,
-    its texts filled and its steps chosen with what is known of the run's `gpu`."""
+    its texts filled and its steps chosen with what is known of the run's `gpu` and of its releases (`have`)."""
     e, caps = inc.entry, inc.captures
     values = {**(gpu.values() if gpu else {}), **caps}
+    have = have or {}
+    steps = gpus.fitting(fitting(e.fix, stack), gpu)
+    links = fitting(e.links, stack)
     return {
         "errno": e.errno,
         "slug": e.slug,
@@ -89,9 +122,13 @@ def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None) ->
         "run": inc.run or None,
         "framework": stack,
         "gpu": gpu.to_json() if gpu else None,
-        "fix": [e.fill(step.text, values) for step in gpus.fitting(fitting(e.fix, stack), gpu)],
+        "fix": [e.fill(step.text, values) for step in steps if holds_for(step, have)],
+        # the steps for other releases than the run's (shown with -v, marked)
+        "fix_other_versions": [{"text": e.fill(step.text, values), "versions": dict(step.versions)}
+                               for step in steps if not holds_for(step, have)],
         "links": [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(link).items() if v not in (None, ())}
-                  for link in fitting(e.links, stack)],
+                  for link in links],
+        "upgrade": upgrades(links, have),
         "caused_by": inc.cause.entry.errno if inc.cause else None,
         "consequences": [c.entry.errno for c in inc.consequences],
         "docs": docs_url(e.errno),
@@ -112,6 +149,7 @@ class Report:
     forced: bool = False  # `errmap run` killed the command itself, after a second Ctrl-C
     exits: dict[str, tuple[int, str]] = field(default_factory=dict)  # signal -> (errno, says): KB.exit_causes()
     probed_gpu: GPU | None = None  # this machine's GPU as --probe read it: wins over what the logs say
+    probed_versions: dict[str, str] = field(default_factory=dict)  # package -> release installed here, as --probe read it
 
     def command(self) -> dict[str, Any] | None:
         """How the command of `errmap run` ended; a signal that nothing in its output explains points at
@@ -133,7 +171,7 @@ class Report:
         for inc in self.triage.ranked():
             if inc.run not in of_run:
                 of_run[inc.run] = self.gpu(inc.run)
-            d = diagnose(inc, self.framework(inc.files), of_run[inc.run])
+            d = diagnose(inc, self.framework(inc.files), of_run[inc.run], self.versions(inc.run))
             d.update(self.extra.get(inc.fingerprint, {}))
             out.append((inc, d))
         return out
@@ -146,6 +184,19 @@ class Report:
         """The stack that wrote these files (all files when none are given), from what their lines name."""
         stacks = self.triage.stacks
         return framework(set().union(*(stacks.get(f, set()) for f in (stacks if files is None else files))))
+
+    def versions(self, run: str | None = None) -> dict[str, dict[str, Any]]:
+        """The releases a run's logs name (of all the logs when None), each with where it was read; --probe's
+        installed releases win."""
+        t = self.triage
+        files = [s.path for s in self.sources if run is None or t.runs.get(s.path, "") == run]
+        out: dict[str, dict[str, Any]] = {}
+        for f in dict.fromkeys(files):
+            for package, (version, lineno) in t.releases.get(f, {}).items():
+                out.setdefault(package, {"version": version, "from": "log", "file": f, "line": lineno})
+        for package, version in self.probed_versions.items():
+            out[package] = {"version": version, "from": "probe"}
+        return out
 
     def gpu(self, run: str | None = None) -> GPU | None:
         """The GPU of a run (of all the logs when None): --probe's, else the one the run's logs name."""
@@ -175,6 +226,7 @@ class Report:
             "version": JSON_VERSION,
             "framework": self.framework(),
             "gpu": g.to_json() if len({s.run for s in self.sources}) < 2 and (g := self.gpu()) else None,
+            "versions": self.versions() if len({s.run for s in self.sources}) < 2 else {},
             "sources": sources,
             "diagnoses": self.diagnoses,
             "unrecognized": [_residue(r) for r in self.triage.unrecognized()],
@@ -265,12 +317,20 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     shown = d["fix"] if verbose else d["fix"][:steps]
     for i, step in enumerate(shown, 1):
         block(con, f"   [bold]{pad(_('Fix') if i == 1 else '', label)}[/]  {i:>{len(str(len(shown)))}}. ", escape(step))
+    if verbose:  # the steps for other releases than this run's
+        for other in d.get("fix_other_versions", ()):
+            only = ", ".join(f"{p} {spec}".strip() for p, spec in other["versions"].items())
+            block(con, f"   {pad('', label)}  [dim]{aside(_('for {releases} only').format(releases=only)).strip()}[/] ",
+                  f"[dim]{escape(other['text'])}[/]")
     for link in links:
         kind = f"   [dim]{pad(_(link['kind']), label)}[/]  "
+        state = f"{link_state(link)} · " if link_state(link) else ""
         if verbose:
-            block(con, kind, f"{escape(link['url'])}  [dim]{escape(link['title'])}[/]")
+            block(con, kind, f"{escape(link['url'])}  [dim]{escape(state + link['title'])}[/]")
         else:  # one row: the whole URL, its title cut to what is left
-            block(con, f"{kind}{escape(link['url'])}  ", f"[dim]{escape(link['title'])}[/]", 1)
+            block(con, f"{kind}{escape(link['url'])}  ", f"[dim]{escape(state + link['title'])}[/]", 1)
+    for up in d.get("upgrade", ()):
+        block(con, "   ", "[yellow]" + escape(_("This run has {package} {version}; fixed in {fixed_in}: upgrade.").format(**up)) + "[/]")
     left = len(d["fix"]) - len(shown)
     hidden = f"[dim]{aside(ngettext('{n} more step', '{n} more steps', left).format(n=left))}[/]" if left else ""
     block(con, f"   [dim]{lead(_('more:'))}[/]", escape(more) + hidden)

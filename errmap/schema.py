@@ -98,6 +98,18 @@ GpuCondition = Literal["no-bf16", "slow-fp16", "no-flash-attention-2", "no-vllm-
                        "not no-bf16", "not slow-fp16", "not no-flash-attention-2", "not no-vllm-wheels"]
 
 
+# A step's code span that names a setting of a versioned stack: a dotted config key ("data.train_files",
+# "actor_rollout_ref.rollout.name=hf"), a command-line flag ("--vllm_num_engines"). Environment variables (UPPER case)
+# and shell commands are not settings of a stack.
+_KEY = regex.compile(r"`(?:\+{1,2})?((?:[a-z_][\w-]*\.)+[a-z_][\w-]*(?:=[^`\s]*)?|--[a-z][\w-]*(?:[= ][^`\s]*)?)`")
+
+
+def versioned_key(text: str) -> str | None:
+    """The first setting a step names that only some releases of its stack have."""
+    m = _KEY.search(text)
+    return m[1] if m else None
+
+
 class Step(BaseModel):
     """One fix step: its text, the stack(s) it is for (without `stack` it is general) and the GPU it is
     for (`gpu`: "X" shows it only where the run's GPU is known to be X, "not X" hides it there)."""
@@ -107,6 +119,32 @@ class Step(BaseModel):
     text: str = Field(min_length=3)
     stack: list[Stack] = Field(default_factory=list, description="the stack(s) this step is for; none: any run")
     gpu: list[GpuCondition] = Field(default_factory=list, description="conditions on the run's GPU; none: any GPU")
+    versions: dict[str, str] = Field(
+        default_factory=dict,
+        description="the releases it holds for, per package (errmap.versions.KNOWN): a specifier such as '<0.6' or "
+                    "'>=0.3,<0.6', empty for every release checked")
+    seen: str | None = Field(default=None, description="where its keys were checked: tag and file of each package")
+
+    @field_validator("versions")
+    @classmethod
+    def _specifiers(cls, value: dict[str, str]) -> dict[str, str]:
+        from errmap import versions
+
+        for package, spec in value.items():
+            if package not in versions.KNOWN:
+                raise ValueError(f"versions: unknown package {package!r} (one of {', '.join(versions.KNOWN)})")
+            if not versions.valid(spec):
+                raise ValueError(f"versions: {package}: {spec!r} is no specifier (clauses like '>=0.3' or '<0.6', "
+                                 "joined by commas)")
+        return value
+
+    @model_validator(mode="after")
+    def _seen(self) -> Step:
+        if self.versions and not self.seen:
+            raise ValueError("a step with versions says where they were seen (seen: tag and file)")
+        if set(self.stack) - {"pytorch"} and not self.versions and (key := versioned_key(self.text)):
+            raise ValueError(f"names {key!r}, a key of a versioned stack: say for which releases it holds (versions:)")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -117,15 +155,33 @@ class Step(BaseModel):
 
 
 class Link(BaseModel):
+    """A link as it was seen: a `fix` (a merged change, with where its merge was seen and the first release that
+    ships it), a `proposal` (a change not merged: open, or closed unmerged), an `issue` or `docs`."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str = Field(pattern=r"^https://\S+$")
-    kind: Literal["patch", "docs", "issue", "release"]
+    kind: Literal["fix", "proposal", "issue", "docs"]
     title: str = Field(min_length=3)
-    fixed_in: str | None = Field(default=None, description="release that fixed it, where known")
+    merged: str | None = Field(default=None, description="a fix: the commit on the default branch that merged it")
+    released_in: str | None = Field(
+        default=None, description="a fix: '<package> <version>', the first release holding it, or 'unreleased'")
     stack: list[Stack] = Field(default_factory=list, description="the stack(s) this link is for; none: any run")
 
     _one_stack = field_validator("stack", mode="before")(lambda v: [v] if isinstance(v, str) else v)
+
+    @model_validator(mode="after")
+    def _evidence(self) -> Link:
+        from errmap import versions
+
+        if self.kind == "fix":
+            if not self.merged or not self.released_in:
+                raise ValueError("a fix says where its merge was seen (merged:) and which release ships it (released_in:)")
+            if self.released_in != "unreleased" and versions.release(self.released_in) is None:
+                raise ValueError(f"released_in {self.released_in!r} is not '<package> <version>' or 'unreleased'")
+        elif self.merged or self.released_in:
+            raise ValueError(f"only a fix has merged: and released_in: (this link is {self.kind!r})")
+        return self
 
 
 class Check(BaseModel):

@@ -17,7 +17,7 @@ import regex
 
 from errmap.kb import Entry
 from errmap.lines import Line
-from errmap.matcher import Event, GpuNamed, Match, Named, Unrecognized
+from errmap.matcher import Event, GpuNamed, Match, Named, Release, Unrecognized
 from errmap.runs import ray_own
 
 MAX_EVIDENCE = 5
@@ -128,6 +128,7 @@ class Triage:
     stacks: dict[str, set[str]] = field(default_factory=dict)  # file -> the stacks its lines name
     runs: dict[str, str] = field(default_factory=dict)  # file -> its run (Source.run); absent: run ""
     gpus: dict[str, tuple[int, str]] = field(default_factory=dict)  # file -> (line, name) of the first line naming a GPU
+    releases: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)  # file -> package -> (version, line)
     _per_code: dict[int, int] = field(default_factory=dict)
     _by_digest: dict[bytes, Residue] = field(default_factory=dict)  # residue by its key's digest (Again)
     _events: int = 0
@@ -139,6 +140,9 @@ class Triage:
             return None
         if isinstance(event, GpuNamed):
             self.gpus.setdefault(event.line.path, (event.line.lineno, event.name))
+            return None
+        if isinstance(event, Release):
+            self.releases.setdefault(event.line.path, {}).setdefault(event.package, (event.version, event.line.lineno))
             return None
         if isinstance(event, Again):
             for d, repeat in event:  # as add() of each line: counted with its kept record, else past the cap

@@ -300,6 +300,20 @@ def probed_gpu(prober: Prober):
     return from_probe(prober.fact("gpu.names", ctx), prober.fact("gpu.capability", ctx))
 
 
+def probed_versions(prober: Prober) -> dict[str, str]:
+    """The releases installed here (package metadata, nothing imported), for the packages steps and fixes name."""
+    from errmap.versions import normal
+
+    fact = prober.fact("pkg.versions", prober.context({}))
+    found = fact.value if isinstance(getattr(fact, "value", None), dict) else {}
+    return {normal(name): str(v) for name, v in found.items() if v}
+
+
+def versioned(entry: Entry) -> bool:
+    """Whether an entry's advice depends on the run's releases: a step with versions or a released fix."""
+    return any(step.versions for step in entry.fix) or any(link.kind == "fix" for link in entry.links)
+
+
 def reads_gpu(entry: Entry) -> bool:
     """Whether an entry's probes or checks read this machine's GPU: only then is the GPU probed (torch's import
     alone costs seconds and about 180 MB)."""
@@ -311,5 +325,7 @@ def attach(report, prober: Prober) -> None:
     diagnosis reads it."""
     if any(reads_gpu(inc.entry) for inc in report.triage.incidents.values()):
         report.probed_gpu = probed_gpu(prober)
+    if any(versioned(inc.entry) for inc in report.triage.incidents.values()):
+        report.probed_versions = probed_versions(prober)
     for inc in report.triage.ranked():
         report.extra[inc.fingerprint] = prober.verify(inc.entry, inc.captures).to_json()
