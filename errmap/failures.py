@@ -21,11 +21,13 @@ GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Pytho
                     "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: ", "NCCL WARN ",
                     # a lowercased or uppercased paste ("valueerror: ...", "RUNTIMEERROR: ..."), a command line's
                     # "prog: error: ..." (argparse, srun, gcc), C's assert, a shell's report of a killed job
-                    "error:", "ERROR:", "EXCEPTION:", "exception:", "Assertion ", "Killed", "zsh: "]
+                    "error:", "ERROR:", "EXCEPTION:", "exception:", "Assertion ", "Killed", "zsh: ", "segmentation fault",
+                    "bus error", "illegal hardware instruction", "floating point exception"]
 
 # The last line of a Python traceback (any exception type, also bare `Exception:`/`Error:` and a lowercased or
 # uppercased paste of one), PyTorch's "Error(s) in loading state_dict", a C++ terminate, a fatal interpreter error,
-# a process killed by a signal (as the shell (zsh in lower case), the interpreter or torchrun reports it), a compiler's fatal error, a
+# a process killed by a signal (as the shell (zsh in lower case, after "zsh: " or, for a job, "[1]    18472 "), the
+# interpreter or torchrun reports it), a compiler's fatal error, a
 # tool's "name: ERROR" line, a command line's "prog: error: ..." (argparse's parser.error, srun, gcc), glibc's
 # assert ("prog: file.c:12: func: Assertion `x' failed."), NCCL's report of a failed system or CUDA call
 # (SYSCHECK/CUDACHECK in its checks.h; other NCCL WARN lines also come at a clean exit, when the proxy service
@@ -40,6 +42,8 @@ GENERIC = regex.compile(
     r"|(?:\S+: (?:line \d+: +)?\d+ +)?(?P<type>Segmentation fault|Bus error|Illegal instruction|Aborted|Floating point exception|Killed)"
     r"(?P<message>(?: +\(core dumped\))?.*)"
     r"|zsh: (?P<type>segmentation fault|bus error|illegal hardware instruction|killed|abort|floating point exception)"
+    r"(?P<message>(?: +\(core dumped\))?.*)"
+    r"|(?:\+ +)?\d+ +(?P<type>segmentation fault|bus error|illegal hardware instruction|floating point exception)"
     r"(?P<message>(?: +\(core dumped\))?.*)"
     r"|(?P<type>Signal \d+ \(SIG[A-Z]+\)) received by PID (?P<message>\d+)"
     r"|\*\*\* (?P<type>Received signal \d+) \*\*\*(?P<message>.*)"

@@ -48,6 +48,7 @@ def codes(matcher: Matcher, text: str) -> list[tuple[int, str]]:
     # bash reporting a job the kernel killed, and zsh's lower-case signal names
     ("bash: line 1: 4242 Killed                  python train.py", "Killed"),
     ("zsh: segmentation fault (core dumped)  python train.py", "segmentation fault"),
+    ("[1]    18472 segmentation fault (core dumped)  python train.py", "segmentation fault"),  # a zsh job
     # a retyped paste of an exception line in lower or upper case
     ("keyerror: 'the_widget'", "keyerror"),
     ("RUNTIMEERROR: THE WIDGET CAME APART", "RUNTIMEERROR"),
