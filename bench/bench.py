@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from errmap import kb as kbmod  # noqa: E402
-from errmap.matcher import Matcher, scan_chunks  # noqa: E402
+from errmap.kb import load as kbmod  # noqa: E402
+from errmap.scan.matcher import Matcher, scan_chunks  # noqa: E402
 
 GB = 1 << 30
 PROFILES = {"near-miss": 50_000, "near-miss-stamped": 50_000, "near-miss-unique": 50_000,

@@ -1,3 +1,3 @@
-from errmap.cli import run
+from errmap.commands.cli import run
 
 run()

@@ -32,13 +32,13 @@ def scan_json(*paths: str | Path, env: dict | None = None) -> dict:
 
 @pytest.fixture(scope="session")
 def kb():
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
     return kbmod.load()
 
 
 @pytest.fixture(scope="session")
 def matcher(kb):
-    from errmap.matcher import Matcher
+    from errmap.scan.matcher import Matcher
 
     return Matcher(kb)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from errmap.matcher import Match, Unrecognized, scan_chunks
+from errmap.scan.matcher import Match, Unrecognized, scan_chunks
 
 
 def found(matcher, line: str) -> list:

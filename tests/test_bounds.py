@@ -13,8 +13,8 @@ import sys
 import pytest
 from conftest import ROOT, errmap, scan_json
 
-from errmap.report import SHOWN_PER_CODE
-from errmap.triage import KEPT_TEXT, MAX_PER_CODE, MAX_RESIDUE
+from errmap.report.contract import SHOWN_PER_CODE
+from errmap.scan.triage import KEPT_TEXT, MAX_PER_CODE, MAX_RESIDUE
 
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
        "GPU 0 has a total capacity of 79.11 GiB of which 1.50 GiB is free.")

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from errmap import docs
-from errmap.explain import SECTIONS, find_example, print_entry
-from errmap.report import docs_url
+from errmap.commands import docs
+from errmap.commands.explain import SECTIONS, find_example, print_entry
+from errmap.report.contract import docs_url
 
 from conftest import ROOT, errmap
 import docs_site
@@ -254,7 +254,7 @@ def test_scan_links_each_diagnosis_to_its_page(tmp_path):
 
 
 def test_sarif_help_uri_is_never_a_local_file(tmp_path):
-    from errmap import formats
+    from errmap.report import formats
 
     log = tmp_path / "train.log"
     log.write_text("step 1\n" + TRITON + "\n", encoding="utf-8")
@@ -315,7 +315,7 @@ def hostile_site(tmp_path_factory) -> Path:
 def test_nav_titles_are_escaped(kb):
     import yaml
 
-    from errmap.kb import Entry
+    from errmap.kb.load import Entry
 
     data = yaml.safe_load(HOSTILE_ENTRY)
     entry = Entry.from_dict({**data, "anchors": [dict(data["anchors"][0], unless=None, frame=None)],

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT
 from docs_site import HOSTILE_TITLE, hostile_site
-from errmap.explain import SECTIONS
+from errmap.commands.explain import SECTIONS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
@@ -150,7 +150,7 @@ def test_1012_page_shows_its_sections(browser, base_url, outside, name, viewport
         assert titles == list(SECTIONS)
         # What the reader came for starts on the first screen, even on a phone.
         assert page.locator("article h2#how-to-fix").bounding_box()["y"] < viewport["height"]
-        from errmap import kb as kbmod
+        from errmap.kb import load as kbmod
 
         entry = kbmod.load().get(1012)
         fix = page.locator("article h2#how-to-fix + ol > li")
@@ -294,7 +294,7 @@ def test_a_pasted_log_line_finds_its_page_first(browser, base_url, outside):
 
 
 def test_every_codes_first_message_finds_its_page_first(browser, base_url, outside):
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
     wrong = _misses(browser, base_url, outside, [(e.anchors[0].literals[0], e.errno) for e in kbmod.load()])
     assert not wrong, "\n".join(f"{words!r}: want {want}, first {got}" for words, (want, got) in wrong.items())

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from test_docs_browser import LAPTOP, PHONE, _misses, base_url, browser, outside, search, shot, site_dir, viewing  # noqa: F401
-from errmap.i18n import _, set_language
-from errmap.explain import SECTIONS
+from errmap.report.i18n import _, set_language
+from errmap.commands.explain import SECTIONS
 
 
 def _zh_sections() -> list[str]:
@@ -55,7 +55,7 @@ def test_pasted_english_message_still_finds_1012_on_the_chinese_site(browser, ba
 
 def test_every_codes_first_message_finds_its_page_first_on_the_chinese_site(browser, base_url, outside):
     """A pasted English message finds its page on the Chinese site as on the English one."""
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
     wrong = _misses(browser, base_url, outside, [(e.anchors[0].literals[0], e.errno) for e in kbmod.load()], "/zh/")
     assert not wrong, "\n".join(f"{words!r}: want {want}, first {got}" for words, (want, got) in wrong.items())

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from errmap.doctor import Doctor, diagnose_setup
+from errmap.commands.doctor import Doctor, diagnose_setup
 from errmap.probes.base import Fact
 
 from conftest import errmap

@@ -83,7 +83,7 @@ def test_watch_on_a_pty_prints_no_escape_from_the_log(tmp_path):
 
 
 def test_an_unterminated_control_string_ends_at_its_line():
-    from errmap.lines import ANSI, printable
+    from errmap.scan.lines import ANSI, printable
 
     # an OSC title that a killed process never closed takes the rest of its line, not the lines after it
     data = b"step 1 \x1b]0;training\nValueError: bad shard\n\x1b[31mred\x1b[0m\n"

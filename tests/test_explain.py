@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, errmap
-from errmap.explain import find_example, lookup, start_of_message
+from errmap.commands.explain import find_example, lookup, start_of_message
 
 USER_ENTRY = """\
 errno: 9001
@@ -119,7 +119,7 @@ def test_explain_and_list_read_your_own_entries(user_kb, tmp_path):
 
 
 def test_an_official_entry_needs_a_link(tmp_path):
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
     text = USER_ENTRY.replace("9001", "1001").replace("my-shard-lost", "no-kernel-image")
     path = tmp_path / "1001-no-kernel-image.yaml"

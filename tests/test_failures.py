@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from conftest import errmap
-from errmap import kb as kbmod
-from errmap.kbcheck import check
-from errmap.matcher import Match, Matcher, Unrecognized, scan_chunks
-from errmap.triage import Triage
+from errmap.kb import load as kbmod
+from errmap.kb.check import check
+from errmap.scan.matcher import Match, Matcher, Unrecognized, scan_chunks
+from errmap.scan.triage import Triage
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,13 @@ import json
 
 from conftest import FIXTURES, errmap, scan_json
 
-from errmap import gpus
-from errmap.kb import load
-from errmap.kbcheck import gpu_table_problems
-from errmap.matcher import Matcher
+from errmap.kb import gpus
+from errmap.kb.load import load
+from errmap.kb.check import gpu_table_problems
+from errmap.scan.matcher import Matcher
 from errmap.probes.base import Fact
-from errmap.scan import scan
-from errmap.source import Source
+from errmap.scan.parallel import scan
+from errmap.scan.source import Source
 
 P40 = FIXTURES / "1009" / "verl-vllm-v0-rollout-p40.log"
 RTX3090 = FIXTURES / "1017" / "rtx3090-nvidia-smi-then-oom.log"

@@ -9,8 +9,9 @@ import re
 from rich.cells import cell_len
 
 from conftest import ROOT, errmap
-from errmap import i18n, translations
-from errmap import kb as kbmod
+from errmap.report import i18n
+from errmap.kb import translations
+from errmap.kb import load as kbmod
 
 P40_LOG = str(ROOT / "fixtures" / "1012" / "vllm-prefix-prefill-p40.log")
 ZH = {"ERRMAP_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "zh_CN.UTF-8"}
@@ -151,7 +152,7 @@ def test_a_broken_sidecar_names_its_file_and_line(tmp_path):
 
 
 def test_catalogue_covers_every_help_text():
-    from errmap.cli import main
+    from errmap.commands.cli import main
 
     i18n.set_language("en")  # the texts as written (click's --help text is looked up when it is made)
     try:
@@ -225,8 +226,8 @@ def test_catalogue_defines_each_message_once():
 def test_what_each_probe_reads_is_said_in_chinese_in_explain_and_on_the_site():
     from pathlib import Path
 
-    from errmap import docs
-    from errmap.matcher import Matcher
+    from errmap.commands import docs
+    from errmap.scan.matcher import Matcher
     from errmap.probes import PROBES
 
     i18n.set_language("zh")

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from conftest import CATALOG, FIXTURES, ROOT
-from errmap import kb as kbmod
-from errmap.kbcheck import check
-from errmap.matcher import Match, Unrecognized, scan_chunks
-from errmap.triage import Triage
+from errmap.kb import load as kbmod
+from errmap.kb.check import check
+from errmap.scan.matcher import Match, Unrecognized, scan_chunks
+from errmap.scan.triage import Triage
 
 KB_FILES = sorted((ROOT / "kb").glob("*.yaml"))
 FIXTURE_LOGS = sorted(p for p in FIXTURES.glob("1*/*.log"))
@@ -111,9 +111,9 @@ def test_prefilter_literals_are_rare_in_healthy_logs(matcher):
     """Stage two runs only on lines holding a literal; a literal every healthy step line holds
     (a metric name, an INFO banner) would make every scan slow. Generic failure words excluded, and the
     stack's names (a set lookup per line, no decoding, no pattern)."""
-    from errmap.failures import GENERIC_LITERALS, LEVEL_LITERALS, WEAK_LITERALS
-    from errmap.matcher import FRAME_LITERAL, TRACEBACK_LITERAL
-    from errmap.stack import LITERALS
+    from errmap.scan.failures import GENERIC_LITERALS, LEVEL_LITERALS, WEAK_LITERALS
+    from errmap.scan.matcher import FRAME_LITERAL, TRACEBACK_LITERAL
+    from errmap.kb.stacks import LITERALS
 
     shapes = GENERIC_LITERALS + WEAK_LITERALS + LEVEL_LITERALS  # the failure shapes' words (failures.py)
     generic = {lit.encode() for lit in shapes} | {FRAME_LITERAL, TRACEBACK_LITERAL, *LITERALS}
@@ -173,7 +173,7 @@ def test_an_unknown_stack_is_named_with_its_line(tmp_path):
 
 
 def test_every_stack_has_a_name():
-    from errmap import schema
+    from errmap.kb import schema
 
     assert set(schema.Stack.__args__) == set(kbmod.STACKS)
 

@@ -169,7 +169,7 @@ def test_a_token_wider_than_the_indent_allows_moves_left_rather_than_folding():
 
 def test_explain_wraps_at_80_with_hanging_indents():
     lines = on_terminal(["explain", "CUDA error: no kernel image is available"], 80, 24)
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
     e = kbmod.load().entries[1001]
     steps = [e.fill(s.text) for s in e.fix]
@@ -182,7 +182,7 @@ def test_explain_wraps_at_80_with_hanging_indents():
 
 
 def test_list_at_80_never_breaks_a_title_mid_word():
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
     titles = {e.errno: e.title for e in kbmod.load()}
     for lines in (on_terminal(["list"], 80, 24), piped("list", cols=80)):
@@ -206,7 +206,7 @@ def test_list_at_80_never_breaks_a_title_mid_word():
 
 def test_chinese_wraps_at_80_cells():
     zh = {"ERRMAP_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "zh_CN.UTF-8"}
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
     kb = kbmod.load()
     for lines in (on_terminal(["scan", P40], 80, 24, env=zh), piped("scan", "--lang", "zh", P40, cols=80),

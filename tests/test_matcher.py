@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from errmap import kb as kbmod
-from errmap.kb import Anchor
-from errmap.lines import peel
-from errmap.matcher import MAX_LINE, Match, Matcher, Unrecognized, scan_chunks
+from errmap.kb import load as kbmod
+from errmap.kb.load import Anchor
+from errmap.scan.lines import peel
+from errmap.scan.matcher import MAX_LINE, Match, Matcher, Unrecognized, scan_chunks
 
 USER_KB = Path(__file__).parent / "data" / "userkb"
 
@@ -224,7 +224,7 @@ def test_a_remembered_line_still_ends_a_traceback(m):
 
 def test_the_lines_a_scanner_remembers_are_bounded(m):
     """Distinct lines that gave nothing, short and long: the scanner's memory of them stays within its bounds."""
-    from errmap import matcher
+    from errmap.scan import matcher
 
     def word(i: int) -> bytes:  # distinct in letters: lines that differ only in digits are remembered as one
         return bytes(97 + i // 26 ** k % 26 for k in range(3))

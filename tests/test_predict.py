@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import errmap
-from errmap import kb as kbmod
-from errmap.doctor import Doctor
+from errmap.kb import load as kbmod
+from errmap.commands.doctor import Doctor
 from errmap.probes.base import Fact
 from probe_files import verl_parquet
 
@@ -131,7 +131,7 @@ def test_explain_and_the_page_show_what_doctor_checks(kb, matcher):
     assert "gpu.capability < 8.0, actor_rollout_ref.rollout.dtype in [bfloat16, bf16]" in section
     assert "GPU compute capability <old> is below 8.0" in section
     assert "has no check for this code" in errmap("explain", "1012").stdout.decode()
-    from errmap.docs import errno_page
+    from errmap.commands.docs import errno_page
 
     page = errno_page(kb.entries[1035], kb, matcher, None)
     assert "## Checked before a run (errmap doctor)" in page and "<var>&lt;file&gt;</var> does not exist" in page
@@ -170,7 +170,7 @@ def test_exits_name_the_likely_cause_of_a_signal(tmp_path):
 
 
 def test_verl_defaults_are_kb_data_checked_with_file_and_line(tmp_path):
-    from errmap.predict import read_defaults, verl_defaults
+    from errmap.kb.predict import read_defaults, verl_defaults
 
     assert verl_defaults()["trainer.n_gpus_per_node"] == "8" and verl_defaults()["data.max_prompt_length"] == "512"
     bad = tmp_path / "verl-defaults.yaml"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import FIXTURES, errmap
-from errmap import kb as kbmod
-from errmap.matcher import Matcher, scan_chunks
+from errmap.kb import load as kbmod
+from errmap.scan.matcher import Matcher, scan_chunks
 
 LOGS = sorted(FIXTURES.rglob("*.log"))
 

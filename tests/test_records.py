@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from conftest import errmap
-from errmap.lines import peel
-from errmap.matcher import Match, Unrecognized, scan_chunks
+from errmap.scan.lines import peel
+from errmap.scan.matcher import Match, Unrecognized, scan_chunks
 
 TRITON = "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: 65536. Reducing block sizes or `num_stages` may help."
 
@@ -118,7 +118,7 @@ def test_ipython_traceback_header_names_the_type(matcher):
 
 
 def test_a_cut_traceback_known_from_its_frames_ranks_after_a_read_message(matcher):
-    from errmap.triage import Triage
+    from errmap.scan.triage import Triage
 
     tb = ('Traceback (most recent call last):\n  File "/v/torch/distributed/checkpoint/state_dict_loader.py", line 281, in local_step\n'
           "    local_plan = planner.create_local_plan()\n")
@@ -167,7 +167,7 @@ def test_a_nan_metric_is_a_diverged_run(matcher, line, found):
 
 
 def test_explain_and_docs_show_frame_rules_and_guards(kb, matcher):
-    from errmap.docs import errno_page
+    from errmap.commands.docs import errno_page
 
     assert "only inside a traceback with a frame matching" in errmap("explain", "1033").stdout.decode()
     assert "not on a line matching" in errmap("explain", "1012").stdout.decode()
@@ -214,7 +214,7 @@ def test_a_docker_json_file_log_is_read_as_its_text(tmp_path):
 
 
 def test_lines_that_are_not_docker_records_pass_through(tmp_path):
-    from errmap.source import MAX_RECORD, DockerJson
+    from errmap.scan.source import MAX_RECORD, DockerJson
 
     dj = DockerJson()
     out = dj.feed(b'{"log":"a\\n","stream":"stdout","time":"t"}\nplain line\n{"log": broken\n') + dj.finish()

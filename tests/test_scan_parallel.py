@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from errmap import scan as scanmod
-from errmap.matcher import Matcher
-from errmap.source import CHUNK, expand
+from errmap.scan import parallel as scanmod
+from errmap.scan.matcher import Matcher
+from errmap.scan.source import CHUNK, expand
 
 from conftest import FIXTURES
 

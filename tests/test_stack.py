@@ -6,7 +6,7 @@ import json
 
 from conftest import ROOT, errmap, scan_json
 
-from errmap.stack import fitting, framework, in_frame
+from errmap.kb.stacks import fitting, framework, in_frame
 
 FIX = ROOT / "fixtures"
 

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from conftest import FIXTURES, ROOT, errmap
 
 hyperscan = pytest.importorskip("hyperscan", reason="the supersets run where Hyperscan has a wheel")
-from errmap import kb as kbmod
-from errmap import matcher as matcher_module
-from errmap.matcher import Matcher, scan_chunks
-from errmap.superset import digit_blind, superset
+from errmap.kb import load as kbmod
+from errmap.scan import matcher as matcher_module
+from errmap.scan.matcher import Matcher, scan_chunks
+from errmap.scan.superset import digit_blind, superset
 
 LOGS = sorted(FIXTURES.rglob("*.log"))
 ENGINES = ["hyperscan", "hyperscan-literals", "ahocorasick", "none"]
@@ -126,7 +126,7 @@ def test_superset_examples(pattern, yes, no):
 
 def test_generic_shapes_run_only_where_a_line_s_text_can_start():
     """GENERIC runs at the start of the text peel leaves: after a known prefix and blanks, not after any blank."""
-    from errmap.matcher import BEFORE_TEXT, GENERIC
+    from errmap.scan.matcher import BEFORE_TEXT, GENERIC
 
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     db.compile(expressions=[superset(GENERIC.pattern, after=BEFORE_TEXT)], ids=[0], elements=1, flags=0)
@@ -156,7 +156,7 @@ def test_digit_blind_patterns(pattern, blind):
 def test_what_a_line_that_gave_nothing_went_through_cannot_tell_digits_apart():
     """A line is remembered by its shape (digits read as 0) because what reads it besides the anchors is blind to
     digits: the prefixes peel takes and what it removes or rewrites, the generic shapes, the escapes."""
-    from errmap import lines
+    from errmap.scan import lines
 
     for pattern in (lines.PREFIX.pattern, lines._LOST_SGR.pattern, lines._REPEATED.pattern, lines._RAISE.pattern,
                     lines.ANSI.pattern.decode("latin-1"), matcher_module.GENERIC.pattern, matcher_module.GPU_ERROR.pattern,

@@ -6,7 +6,7 @@ import shutil
 
 from conftest import FIXTURES, scan_json
 
-from errmap.runs import ray_own
+from errmap.scan.runs import ray_own
 
 
 def tops(doc: dict) -> list[int]:

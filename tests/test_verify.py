@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from errmap import schema
-from errmap.kb import Entry
+from errmap.kb import schema
+from errmap.kb.load import Entry
 from errmap.probes.base import Fact
-from errmap.verify import decide
+from errmap.probes.verify import decide
 
 from conftest import CATALOG, ROOT, errmap
 from probe_files import preference_parquet, verl_parquet
@@ -120,7 +120,7 @@ def test_codes_whose_catalog_lists_probes_have_rules(kb):
 
 
 def test_every_check_runs_without_crashing_on_this_machine(kb):
-    from errmap.verify import Prober
+    from errmap.probes.verify import Prober
 
     prober = Prober()
     for e in kb:
@@ -224,7 +224,7 @@ def test_scan_without_probe_has_no_verdict(tmp_path, user_kb):
 
 
 def test_captured_sizes_are_compared_in_the_fields_unit():
-    from errmap.verify import in_field_unit
+    from errmap.probes.verify import in_field_unit
 
     assert in_field_unit("180.00 GiB", "total_mib") == 180 * 1024
     assert in_field_unit("512 MiB", "free_bytes") == 512 * 1024 * 1024

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import errmap
-from errmap import versions
-from errmap.kbcheck import check
+from errmap.kb import versions
+from errmap.kb.check import check
 
 
 @pytest.mark.parametrize("line, found", [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from errmap import kb as kbmod
+from errmap.kb import load as kbmod
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"en": ROOT / "docs" / "p40-verl-gsm8k.md", "zh": ROOT / "docs" / "zh" / "p40-verl-gsm8k.md"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from errmap import kb as kbmod
-from errmap.matcher import GENERIC, Match, Matcher, Unrecognized, scan_chunks
+from errmap.kb import load as kbmod
+from errmap.scan.matcher import GENERIC, Match, Matcher, Unrecognized, scan_chunks
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").glob("10[0-9][0-9]/*.log"))
 

@@ -1,4 +1,5 @@
-"""Live probes: named functions that read facts from this machine and the user's files.
+"""Live probes: named functions that read facts from this machine and the user's files, and verify,
+which turns their facts into verdicts on a KB entry's checks.
 
 `PROBES` names every probe the knowledge base may cite; each name maps to a one-line description.
 The functions themselves live in the modules of this package and import torch, pyarrow or NVML

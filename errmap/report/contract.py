@@ -17,15 +17,15 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape as _markup
 
-from errmap import gpus, versions
-from errmap.gpus import GPU
-from errmap.i18n import _, ngettext, pad
-from errmap.kb import STACKS
-from errmap.layout import block, row
-from errmap.lines import Line, printable
-from errmap.source import InputError, Source
-from errmap.stack import fitting, framework
-from errmap.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
+from errmap.kb import gpus, versions
+from errmap.kb.gpus import GPU
+from errmap.report.i18n import _, ngettext, pad
+from errmap.kb.load import STACKS
+from errmap.report.layout import block, row
+from errmap.scan.lines import Line, printable
+from errmap.scan.source import InputError, Source
+from errmap.kb.stacks import fitting, framework
+from errmap.scan.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 
 JSON_VERSION = 1
 SHOWN_TEXT = 300  # characters of an evidence line shown in text output
@@ -48,7 +48,7 @@ def docs_url(errno: int) -> str | None:
     base = os.environ.get("ERRMAP_DOCS_URL", "").rstrip("/")
     if base:
         return f"{base}/errno/{errno}/"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     page = root / "site" / "errno" / str(errno) / "index.html"
     return page.as_uri() if (root / "mkdocs.yml").is_file() and page.is_file() else None
 

@@ -23,11 +23,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import BinaryIO
 
-from errmap.i18n import _
-from errmap.matcher import Matcher
-from errmap.scan import OnNew, feed, scan_source
-from errmap.source import CHUNK, InputError, Recoder, Source
-from errmap.triage import Triage
+from errmap.report.i18n import _
+from errmap.scan.matcher import Matcher
+from errmap.scan.parallel import OnNew, feed, scan_source
+from errmap.scan.source import CHUNK, InputError, Recoder, Source
+from errmap.scan.triage import Triage
 
 POLL = 0.02, 0.2  # seconds between checks of the path right after data came, and at most when it is quiet
 QUIET = 1.0  # seconds a rotated file must stay quiet before it counts as finished

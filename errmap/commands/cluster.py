@@ -21,13 +21,13 @@ from typing import Any
 
 import regex
 
-from errmap.kb import KB
-from errmap.lines import Line
-from errmap.matcher import Event, Matcher
-from errmap.report import Report
-from errmap.scan import scan_source
-from errmap.source import InputError, Source, expand
-from errmap.triage import MAX_EVIDENCE, Incident, Residue, Triage
+from errmap.kb.load import KB
+from errmap.scan.lines import Line
+from errmap.scan.matcher import Event, Matcher
+from errmap.report.contract import Report
+from errmap.scan.parallel import scan_source
+from errmap.scan.source import InputError, Source, expand
+from errmap.scan.triage import MAX_EVIDENCE, Incident, Residue, Triage
 
 
 class ClusterError(Exception):
@@ -154,7 +154,7 @@ def _connect(address: str | None):
                                " (start one with `ray start --head`, or give --ray=ADDRESS / RAY_ADDRESS)") from None
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False,
-                 runtime_env={"py_modules": [str(Path(__file__).resolve().parent)]})
+                 runtime_env={"py_modules": [str(Path(__file__).resolve().parent.parent)]})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ClusterError(f"no Ray cluster reachable at {address!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                            " (start one with `ray start --head`, or give --ray=ADDRESS / RAY_ADDRESS)") from None

@@ -6,8 +6,8 @@ import os
 import time
 from pathlib import Path
 
-from errmap import kb as kbmod
-from errmap import gpus, predict, translations
+from errmap.kb import load as kbmod
+from errmap.kb import gpus, predict, translations
 
 GLOSSARY = "glossary.yaml"  # kb/glossary.yaml: the standard Chinese terms
 
@@ -105,7 +105,7 @@ def gpu_table_problems(path: Path) -> list[str]:
     """kb/gpus.yaml against errmap.schema.GpuTable, each problem as file:line."""
     from pydantic import ValidationError
 
-    from errmap.schema import GpuTable
+    from errmap.kb.schema import GpuTable
 
     try:
         text = kbmod._read(path)

@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from errmap.matcher import FRAME_WINDOW, INHERITED, Event, Match, Matcher, Scanner, Unrecognized
-from errmap.report import Report
-from errmap.source import CHUNK, DOCKER_JSON, InputError, Source
-from errmap.triage import MAX_RESIDUE, Again, Incident, Residue, Triage, kept, clip, digest, residue_key
+from errmap.scan.matcher import FRAME_WINDOW, INHERITED, Event, Match, Matcher, Scanner, Unrecognized
+from errmap.report.contract import Report
+from errmap.scan.source import CHUNK, DOCKER_JSON, InputError, Source
+from errmap.scan.triage import MAX_RESIDUE, Again, Incident, Residue, Triage, kept, clip, digest, residue_key
 
 OnNew = Callable[[Incident | Residue], None]
 

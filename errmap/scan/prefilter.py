@@ -80,7 +80,7 @@ def _db_file(literals: list[bytes]) -> Path:
     """The compiled database of exactly these literals (so of one KB's content), for this hyperscan."""
     import hyperscan
 
-    from errmap.kb import cache_dir
+    from errmap.kb.load import cache_dir
 
     h = hashlib.sha256(hyperscan.__version__.encode())  # a database is tied to the library that built it
     for lit in literals:
@@ -102,7 +102,7 @@ def _cached(literals: list[bytes]):
 def _store(literals: list[bytes], db) -> None:
     import hyperscan
 
-    from errmap.kb import write_cache
+    from errmap.kb.load import write_cache
 
     write_cache(_db_file(literals), hyperscan.dumpb(db))  # a read-only home: compile each time
 

@@ -21,7 +21,7 @@ import click
 
 LANGS = ("en", "zh")
 DOMAIN = "errmap"
-LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+LOCALE_DIR = Path(__file__).resolve().parent.parent / "locale"
 _lang: str | None = None
 
 

@@ -249,7 +249,7 @@ class Entry:
         Without captures (`errmap explain`, the docs) the text is a template: the fragments, which say
         what one log gave, are left out and the other placeholders show as <name>.
         """
-        from errmap.gpus import PLACEHOLDERS
+        from errmap.kb.gpus import PLACEHOLDERS
 
         names = self.captures | set(PLACEHOLDERS)
         if captures is None:
@@ -341,7 +341,7 @@ def load_entry(path: Path, allowed: range = OFFICIAL_RANGE) -> Entry:
         raise KBError([f"{path}:1: expected a mapping of fields"])
     from pydantic import ValidationError
 
-    from errmap import schema
+    from errmap.kb import schema
 
     try:
         entry = Entry.from_dict(schema.Entry.model_validate(data).model_dump())
@@ -366,7 +366,7 @@ def load_entry(path: Path, allowed: range = OFFICIAL_RANGE) -> Entry:
 
 def official_dir() -> Path:
     """kb/ beside the package in a checkout, else the copy installed inside the package."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the errmap package
     for cand in (here.parent / "kb", here / "_kb"):
         if cand.is_dir():
             return cand
@@ -383,7 +383,7 @@ class KB:
         """The KB as people read it in `lang`: entries with a Chinese text show it for zh."""
         if lang != "zh":
             return self
-        from errmap.translations import localize
+        from errmap.kb.translations import localize
 
         return KB({n: localize(e, self.zh.get(n)) for n, e in self.entries.items()}, self.warnings, self.zh)
 
@@ -524,7 +524,7 @@ def load(extra: list[Path] | None = None) -> KB:
     cache = _cache_file(folders)
     try:
         cached = json.loads(cache.read_text())
-        from errmap.translations import Text
+        from errmap.kb.translations import Text
 
         return KB({e["errno"]: Entry.from_dict(e) for e in cached["entries"]}, tuple(cached["warnings"]),
                   {int(n): Text.from_dict(t) for n, t in cached["zh"].items()})
@@ -551,7 +551,7 @@ def load(extra: list[Path] | None = None) -> KB:
 
 def _translations(folder: Path, entries: dict[int, Entry], problems: list[str]) -> dict[int, Any]:
     """The Chinese sidecars of a folder's entries (kb/zh/<file name>), by errno; problems appended."""
-    from errmap.translations import load_dir
+    from errmap.kb.translations import load_dir
 
     texts, bad = load_dir(folder)
     problems += bad

@@ -31,7 +31,7 @@ _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 def checkout() -> Path:
     """The folder holding mkdocs.yml, docs/ and kb/: the checkout errmap runs from."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if not (root / CONFIG).is_file():
         raise FileNotFoundError(f"{root / CONFIG} not found: the docs site is built from a checkout of errmap")
     return root
@@ -60,7 +60,7 @@ def _code(value: str) -> str:
 
 def prose(value: str, names: set[str] | None = None) -> str:
     """KB prose for a page: `code` spans become <code>, {capture} placeholders show as <capture>."""
-    from errmap.kb import OPTIONAL
+    from errmap.kb.load import OPTIONAL
 
     names = names or set()
     value = OPTIONAL.sub("", value)  # a page shows the template: the fragments that one log fills in are left out
@@ -98,7 +98,7 @@ def _source(value: str) -> str:
 
 def example_html(example) -> str:
     """The example log as a raw HTML block, the matching line marked."""
-    from errmap.explain import Example
+    from errmap.commands.explain import Example
 
     assert isinstance(example, Example)
     rows = []
@@ -226,10 +226,10 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     """The Markdown of one code's page, section by section as `errmap explain` prints them."""
     import json
 
-    from errmap.explain import HEADINGS, MANY, doctor_lines, find_example, probe_lines, related_groups
-    from errmap.i18n import _
+    from errmap.commands.explain import HEADINGS, MANY, doctor_lines, find_example, probe_lines, related_groups
+    from errmap.report.i18n import _
 
-    from errmap import gpus
+    from errmap.kb import gpus
 
     names = e.captures | set(gpus.PLACEHOLDERS)
 
@@ -248,7 +248,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return [prose(e.cause, names), ""]
 
     def links() -> list[str]:
-        from errmap.report import link_state
+        from errmap.report.contract import link_state
 
         out = [] if e.links else ["None recorded."]
         for link in e.links:
@@ -357,7 +357,7 @@ def groups(kb) -> list[tuple[str, list]]:
 
 
 def index_page(kb) -> str:
-    from errmap.i18n import _
+    from errmap.report.i18n import _
 
     n = len(kb)
     out = [
@@ -377,7 +377,7 @@ def index_page(kb) -> str:
 
 def pages(kb, fixtures: Path | None) -> dict[str, str]:
     """Every generated page by source path."""
-    from errmap.matcher import Matcher
+    from errmap.scan.matcher import Matcher
 
     matcher = Matcher(kb)
     out = {"errno/index.md": index_page(kb)}
@@ -389,7 +389,7 @@ def pages(kb, fixtures: Path | None) -> dict[str, str]:
 def nav(kb, extra: tuple = ()) -> list:
     """The navigation. MkDocs and the theme print its titles as HTML (the menu, the page's header and
     <title>, the search index), so a title or group from the KB is HTML-escaped here."""
-    from errmap.i18n import _
+    from errmap.report.i18n import _
 
     return [
         {_("Home"): "index.md"},
@@ -403,7 +403,7 @@ def nav(kb, extra: tuple = ()) -> list:
 def load_kb(root: Path, lang: str = "en"):
     """The KB of this checkout and your own folders in ERRMAP_KB_PATH, in `lang`; any problem fails the
     build with the list of problems."""
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
     entries, problems = kbmod._load_dir(root / "kb", kbmod.OFFICIAL_RANGE)
     for folder in filter(None, os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep)):
@@ -428,9 +428,9 @@ _STATE: dict = {}
 def on_config(config):
     from mkdocs.exceptions import PluginError
 
-    from errmap import kb as kbmod
+    from errmap.kb import load as kbmod
 
-    from errmap import i18n
+    from errmap.report import i18n
 
     root = Path(config.config_file_path).resolve().parent
     lang = config.extra.get("errmap_lang", "en")  # mkdocs.zh.yml builds the Chinese site

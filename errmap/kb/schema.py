@@ -128,7 +128,7 @@ class Step(BaseModel):
     @field_validator("versions")
     @classmethod
     def _specifiers(cls, value: dict[str, str]) -> dict[str, str]:
-        from errmap import versions
+        from errmap.kb import versions
 
         for package, spec in value.items():
             if package not in versions.KNOWN:
@@ -172,7 +172,7 @@ class Link(BaseModel):
 
     @model_validator(mode="after")
     def _evidence(self) -> Link:
-        from errmap import versions
+        from errmap.kb import versions
 
         if self.kind == "fix":
             if not self.merged or not self.released_in:
@@ -257,7 +257,7 @@ class Condition(BaseModel):
             raise ValueError("against_field needs against")
         if self.target_name and not targets:
             raise ValueError("target_name needs a target")
-        from errmap.predict import is_verl_key
+        from errmap.kb.predict import is_verl_key
         from errmap.probes import PROBES
 
         for name in (self.fact, self.against):
@@ -301,7 +301,7 @@ class Prediction(BaseModel):
             if name not in PROBES:
                 raise ValueError(f"show: unknown fact {name!r}")
         if self.mechanism is not None:
-            from errmap.predict import MECHANISMS, is_verl_key
+            from errmap.kb.predict import MECHANISMS, is_verl_key
 
             m = MECHANISMS.get(self.mechanism)
             if m is None:
@@ -386,7 +386,7 @@ class Entry(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Entry:
-        from errmap.gpus import PLACEHOLDERS
+        from errmap.kb.gpus import PLACEHOLDERS
 
         names = self.captures
         for k in self.key:

@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from errmap.runs import name_runs, run_of
+from errmap.scan.runs import name_runs, run_of
 
 CHUNK = 1 << 20
 

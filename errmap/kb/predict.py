@@ -15,9 +15,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from errmap.kb import KB, Condition, Entry, Prediction
+from errmap.kb.load import KB, Condition, Entry, Prediction
 from errmap.probes.base import Fact
-from errmap.verify import _cmp, _empty, _holds, _pick
+from errmap.probes.verify import _cmp, _empty, _holds, _pick
 
 DEFAULT_NOTE = " (verl default)"  # after a setting the overrides left out
 NULLS = ("null", "None", "~", "")  # Hydra's ways to write no value
@@ -168,7 +168,7 @@ def holds(doc: Setup, c: Condition, path: str | None = None) -> Held | None:
 
 
 def _fill(text: str, names: dict[str, str]) -> str:
-    from errmap.kb import PLACEHOLDER
+    from errmap.kb.load import PLACEHOLDER
 
     return PLACEHOLDER.sub(lambda m: names.get(m[1], m[0]), text)
 
@@ -222,7 +222,7 @@ def verl_keys() -> tuple[list[str], set[str], str]:
     version the list is of): a mapping written `{}` there, or one verl hands on as-is (override_*, *_kwargs)."""
     import re
 
-    text = (Path(__file__).parent / "probes" / "verl_keys.txt").read_text()
+    text = (Path(__file__).resolve().parent.parent / "probes" / "verl_keys.txt").read_text()
     lines = [x for x in text.splitlines() if x and not x.startswith("#")]
     version = re.search(r"verl (\S+) \(commit", text)
     known = [x for x in lines if not x.endswith(".*")]
@@ -239,7 +239,7 @@ def read_defaults(path: Path) -> tuple[dict[str, str], list[str]]:
     """(setting -> verl's default, as an override writes it; problems as file:line)."""
     import yaml
 
-    from errmap.kb import _line_map, _Loader
+    from errmap.kb.load import _line_map, _Loader
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -264,7 +264,7 @@ def read_defaults(path: Path) -> tuple[dict[str, str], list[str]]:
 
 @cache
 def verl_defaults() -> dict[str, str]:
-    from errmap.kb import official_dir
+    from errmap.kb.load import official_dir
 
     return read_defaults(official_dir() / DEFAULTS_FILE)[0]
 
@@ -341,7 +341,7 @@ def _one(doc: Setup, e: Entry, p: Prediction, path: str | None) -> list[Warning_
 def says_in(w: Warning_, entry: Entry | None) -> str:
     """What a warning says in the language of `entry` (its entry as KB.localized gives it): that
     language's sentence with the same values, a verl default marked in that language too."""
-    from errmap.i18n import _
+    from errmap.report.i18n import _
 
     sentences = [s for p in entry.predicts for s in p.sentences] if entry is not None else []
     if w.sentence is None or w.sentence >= len(sentences):

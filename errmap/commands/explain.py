@@ -11,15 +11,15 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from errmap.layout import block, row
-from errmap.report import escape  # rich markup and terminal escapes of printed text
+from errmap.report.layout import block, row
+from errmap.report.contract import escape  # rich markup and terminal escapes of printed text
 
-from errmap import gpus
-from errmap.i18n import _, pad
-from errmap.kb import KB, PLACEHOLDER, Entry
-from errmap.lines import ANSI
+from errmap.kb import gpus
+from errmap.report.i18n import _, pad
+from errmap.kb.load import KB, PLACEHOLDER, Entry
+from errmap.scan.lines import ANSI
 from errmap.probes import PROBES
-from errmap.report import aside, docs_url, lead, link_state
+from errmap.report.contract import aside, docs_url, lead, link_state
 
 # The sections of an entry by key, in the order a reader needs them: what it is and what to do
 # first, then why and the evidence, the rules errmap matches last. The keys name them in code.
@@ -56,7 +56,7 @@ class Example:
 
 def fixtures_dir() -> Path | None:
     """fixtures/ of a checkout; an installed package has none."""
-    folder = Path(__file__).resolve().parent.parent / "fixtures"
+    folder = Path(__file__).resolve().parents[2] / "fixtures"
     return folder if folder.is_dir() else None
 
 
@@ -82,7 +82,7 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
     traceback's frames, one whose message is whole on its line before one wrapped over several, and one whose
     matched line fits on a line.
     """
-    from errmap.matcher import Match, scan_chunks
+    from errmap.scan.matcher import Match, scan_chunks
 
     folder = fixtures / str(e.errno) if fixtures else None
     if folder is None or not folder.is_dir():
@@ -226,7 +226,7 @@ WORDS_NEEDED = 0.6  # the share of a query's weight an entry's words must hold t
 
 
 def _words(value: str) -> list[str]:
-    from errmap.docs import SEARCH_SEPARATOR, _EDGE
+    from errmap.commands.docs import SEARCH_SEPARATOR, _EDGE
 
     out = (w.strip(_EDGE + "'") for w in SEARCH_SEPARATOR.split(value.lower()))
     return [w for w in out if len(w) >= 2 and not w.isdigit()]
@@ -237,7 +237,7 @@ def by_words(query: str, kb: KB) -> list[tuple[float, Entry]]:
     title, slug and messages hold; a query word counts when it begins one of theirs, as in the site's search."""
     import math
 
-    from errmap.docs import search_words
+    from errmap.commands.docs import search_words
 
     vocab = {e.errno: set(search_words(e)) | set(_words(e.title)) | set(e.slug.split("-")) for e in kb}
     words = list(dict.fromkeys(_words(query)))
@@ -253,9 +253,9 @@ def lookup(query: str, kb: KB, matcher) -> Found:
     first; else the entry whose words the query holds; else none, with the closest codes."""
     import difflib
 
-    from errmap.matcher import scan_chunks
-    from errmap.scan import feed
-    from errmap.triage import Triage
+    from errmap.scan.matcher import scan_chunks
+    from errmap.scan.parallel import feed
+    from errmap.scan.triage import Triage
 
     if (e := kb.get(query)) is not None:
         return Found(e, "code")

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 
 import regex
 
-from errmap.kb import USER_RANGE, Anchor, Entry
-from errmap.lines import Line
+from errmap.kb.load import USER_RANGE, Anchor, Entry
+from errmap.scan.lines import Line
 
 # A line cut by a paste ends inside a word or after a comma or blank; one that ends with a closing mark is whole.
 _CUT_END = regex.compile(r"[\w,;:\- ]$")

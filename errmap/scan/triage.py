@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 
 import regex
 
-from errmap.kb import Entry
-from errmap.lines import Line
-from errmap.matcher import Event, GpuNamed, Match, Named, Release, Unrecognized
-from errmap.runs import ray_own
+from errmap.kb.load import Entry
+from errmap.scan.lines import Line
+from errmap.scan.matcher import Event, GpuNamed, Match, Named, Release, Unrecognized
+from errmap.scan.runs import ray_own
 
 MAX_EVIDENCE = 5
 # What a triage keeps is bounded whatever the log holds; what it drops it counts.

@@ -12,17 +12,17 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from errmap import formats, i18n, layout
-from errmap import kb as kbmod
-from errmap import prefilter
-from errmap import verify
-from errmap.i18n import _
-from errmap.verify import probe_options
-from errmap.matcher import Matcher
-from errmap.report import Report, diagnose, escape, print_diagnosis, print_report
-from errmap.scan import scan, scan_source
-from errmap.source import InputError, Source, expand
-from errmap.triage import Incident, Residue, Triage
+from errmap.report import formats, i18n, layout
+from errmap.kb import load as kbmod
+from errmap.scan import prefilter
+from errmap.probes import verify
+from errmap.report.i18n import _
+from errmap.probes.verify import probe_options
+from errmap.scan.matcher import Matcher
+from errmap.report.contract import Report, diagnose, escape, print_diagnosis, print_report
+from errmap.scan.parallel import scan, scan_source
+from errmap.scan.source import InputError, Source, expand
+from errmap.scan.triage import Incident, Residue, Triage
 
 EXIT_INPUT = 2
 i18n.speak_for_click()
@@ -131,7 +131,7 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
 
 def _scan_ray(kb: kbmod.KB, address: str, paths: tuple[str, ...], node_paths: tuple[str, ...], since: str | None,
               node_timeout: float, fmt: str, verbose: bool, report_path: str | None) -> None:
-    from errmap import cluster
+    from errmap.commands import cluster
 
     if paths:
         raise click.UsageError("--ray scans the nodes' own logs; name more files on every node with --node-path GLOB")
@@ -166,7 +166,7 @@ def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmod.KB | 
     """The report in a machine format (json for text), as the text of a file; `more` adds to its JSON."""
     doc = report.to_json() | (more or {})
     if kb is not None and i18n.asked() == "zh":  # the Chinese text in a field of its own; the English keys stay
-        from errmap.translations import for_json
+        from errmap.kb.translations import for_json
 
         for d in doc["diagnoses"]:
             zh = for_json(kb.entries[d["errno"]], kb.zh.get(d["errno"]), d["captures"], d.get("framework"), diagnosis=True,
@@ -210,7 +210,7 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
             d = diagnose(item, gpu=report.gpu(item.run), have=report.versions(item.run))
             d.update(probed)
             if fmt == "jsonl":
-                from errmap.formats import jsonl
+                from errmap.report.formats import jsonl
 
                 out.file.write(jsonl(d) + "\n")
             else:
@@ -256,7 +256,7 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
                     follow="`--follow FILE`", run="`errmap run -- CMD`"))
     try:
         if follow_path:
-            from errmap.follow import follow_into
+            from errmap.scan.follow import follow_into
 
             notices = _console(stderr=True)
             follow_into(matcher, follow_path, triage, on_new,
@@ -334,7 +334,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
 
     The command's stdout and stderr pass through unchanged; diagnoses go to stderr.
     """
-    from errmap.runner import run_command
+    from errmap.commands.runner import run_command
 
     kb = _load_kb(kb_dirs, fmt)
     triage = Triage()
@@ -374,7 +374,7 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
 
     errmap explain 'CUDA error: device-side assert triggered'
     """
-    from errmap.explain import lookup, print_entry
+    from errmap.commands.explain import lookup, print_entry
 
     kb = _load_kb(kb_dirs, fmt)
     matcher = Matcher(kb)
@@ -399,7 +399,7 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
     if fmt == "json":
         doc = e.to_dict()
         if i18n.asked() == "zh" and e.errno in kb.zh:
-            from errmap.translations import for_json
+            from errmap.kb.translations import for_json
 
             doc["zh"] = for_json(e, kb.zh[e.errno])
         click.echo(formats.dumps(doc))
@@ -424,7 +424,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs
 
     Exit status: 0 nothing predicted, 1 warnings, 2 usage error.
     """
-    from errmap.doctor import diagnose_setup, print_doctor
+    from errmap.commands.doctor import diagnose_setup, print_doctor
 
     kb = _load_kb(kb_dirs, "json")  # the KB's predictions (yours too: --kb), in English like the rest of doctor
     doc = diagnose_setup(list(data_files), model_dir, list(overrides), kb)
@@ -466,7 +466,7 @@ def kb_group() -> None:
 @kb_option
 def kb_check(kb_dirs: tuple[str, ...]) -> None:
     """Validate every KB entry; exit 1 with a list of problems."""
-    from errmap.kbcheck import check
+    from errmap.kb.check import check
 
     problems = check([Path(p) for p in kb_dirs])
     con = _console()
@@ -492,7 +492,7 @@ def docs_build(out: str | None, kb_dirs: tuple[str, ...]) -> None:
 
     DIR must be new, empty or an earlier errmap site: errmap never deletes files it did not write.
     """
-    from errmap.docs import SiteRefused, build
+    from errmap.commands.docs import SiteRefused, build
 
     try:
         sys.exit(build(Path(out) if out else None, kb_dirs=kb_dirs))
@@ -507,7 +507,7 @@ def docs_build(out: str | None, kb_dirs: tuple[str, ...]) -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port on 127.0.0.1; 0 picks a free one.")
 def docs_serve(site: str | None, port: int) -> None:
     """Serve the built site on 127.0.0.1 (its search needs HTTP)."""
-    from errmap.docs import checkout, serve
+    from errmap.commands.docs import checkout, serve
 
     folder = Path(site) if site else checkout() / "site"
     if not (folder / "index.html").is_file():

@@ -28,11 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from errmap.i18n import _
-from errmap.matcher import Matcher
-from errmap.scan import OnNew, feed
-from errmap.source import Source
-from errmap.triage import Triage
+from errmap.report.i18n import _
+from errmap.scan.matcher import Matcher
+from errmap.scan.parallel import OnNew, feed
+from errmap.scan.source import Source
+from errmap.scan.triage import Triage
 
 READ = 1 << 16
 HELD = 1 << 20  # an unfinished line is held back from the log up to this size, then written as it is

@@ -101,7 +101,7 @@ def plain(name: str) -> str:
 
 
 def table_path() -> Path:
-    from errmap.kb import official_dir
+    from errmap.kb.load import official_dir
 
     return official_dir() / TABLE
 
@@ -111,7 +111,7 @@ def table() -> Table:
     """kb/gpus.yaml as `errmap kb check` validated it (errmap.schema.GpuTable); empty when it cannot be read."""
     import yaml
 
-    from errmap.kb import _Loader  # libyaml where the wheel has it: the table is read at the first GPU a scan meets
+    from errmap.kb.load import _Loader  # libyaml where the wheel has it: the table is read at the first GPU a scan meets
 
     try:
         return Table.from_dict(yaml.load(table_path().read_text(encoding="utf-8"), Loader=_Loader))
@@ -208,7 +208,7 @@ class GPU:
 
     def describe(self) -> str:
         """'Tesla P40, compute capability 6.1, 24 GB' or 'Quadro X (not in errmap's GPU table)' for a header."""
-        from errmap.i18n import _
+        from errmap.report.i18n import _
 
         parts = [self.name]
         if self.capability:
@@ -233,7 +233,7 @@ def shown(conditions: tuple[str, ...], gpu: GPU | None) -> bool:
 
 def label(conditions: tuple[str, ...]) -> str:
     """'only on GPUs whose fp16 is slow; not on GPUs without bf16' for a step's conditions ('' for none)."""
-    from errmap.i18n import _
+    from errmap.report.i18n import _
 
     out = []
     for c in conditions:

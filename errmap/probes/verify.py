@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from errmap.kb import Check, Entry
+from errmap.kb.load import Check, Entry
 from errmap.probes import registry
 from errmap.probes.base import Context, Fact, run, short
 
@@ -294,7 +294,7 @@ def prober_for(settings: dict[str, str], data: str | None, model: str | None) ->
 
 def probed_gpu(prober: Prober):
     """This machine's GPU from the gpu.names and gpu.capability probes (errmap.gpus.GPU), or None."""
-    from errmap.gpus import from_probe
+    from errmap.kb.gpus import from_probe
 
     ctx = prober.context({})
     return from_probe(prober.fact("gpu.names", ctx), prober.fact("gpu.capability", ctx))
@@ -302,7 +302,7 @@ def probed_gpu(prober: Prober):
 
 def probed_versions(prober: Prober) -> dict[str, str]:
     """The releases installed here (package metadata, nothing imported), for the packages steps and fixes name."""
-    from errmap.versions import normal
+    from errmap.kb.versions import normal
 
     fact = prober.fact("pkg.versions", prober.context({}))
     found = fact.value if isinstance(getattr(fact, "value", None), dict) else {}

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import regex
 
-from errmap import failures, gpus, readings, versions
-from errmap import superset as superset_module
-from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex, write_cache
-from errmap.failures import (CAUGHT, GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, LOUD_LEVELS, QUOTED,
-                             RAISED, WEAK, WEAK_LITERALS, loud)
-from errmap.lines import ANSI, PREFIX, Line, peel
-from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
-from errmap.superset import DIGITS, Unsupported, digit_blind, superset
-from errmap.stack import LITERALS as STACK_LITERALS, in_frame
+from errmap.scan import failures, readings
+from errmap.kb import gpus, versions
+from errmap.scan import superset as superset_module
+from errmap.kb.load import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex, write_cache
+from errmap.scan.failures import (CAUGHT, GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, LOUD_LEVELS, QUOTED, RAISED, WEAK, WEAK_LITERALS, loud)
+from errmap.scan.lines import ANSI, PREFIX, Line, peel
+from errmap.scan.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
+from errmap.scan.superset import DIGITS, Unsupported, digit_blind, superset
+from errmap.kb.stacks import LITERALS as STACK_LITERALS, in_frame
 
 MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their start
 REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher

@@ -68,7 +68,7 @@ def load_file(path: Path) -> Text:
     """One sidecar, validated; KBError with file:line for every problem."""
     from pydantic import ValidationError
 
-    from errmap.kb import KBError, _line_map, _line_of, _Loader
+    from errmap.kb.load import KBError, _line_map, _line_of, _Loader
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -91,7 +91,7 @@ def load_file(path: Path) -> Text:
 
 def load_dir(folder: Path) -> tuple[dict[str, Text], list[str]]:
     """The sidecars of a KB folder, by file name (1012-triton-shared-memory.yaml)."""
-    from errmap.kb import KBError
+    from errmap.kb.load import KBError
 
     texts: dict[str, Text] = {}
     problems: list[str] = []
@@ -145,8 +145,8 @@ def for_json(entry, text: Text | None, captures: dict[str, str] | None = None, s
     diagnosis's steps are those of its run's stack and GPU (its JSON `gpu`), in the order of the English `fix`."""
     if text is None:
         return None
-    from errmap import gpus
-    from errmap.stack import fitting
+    from errmap.kb import gpus
+    from errmap.kb.stacks import fitting
 
     zh = localize(entry, text)
     run_gpu = gpus.from_json(gpu)

@@ -15,10 +15,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from errmap import kb as kbmod
-from errmap import predict as predictions
-from errmap.kb import KB
-from errmap.predict import Warning_
+from errmap.kb import load as kbmod
+from errmap.kb import predict as predictions
+from errmap.kb.load import KB
+from errmap.kb.predict import Warning_
 from errmap.probes import PROBES, registry
 from errmap.probes.base import Context, Fact, run
 from errmap.probes.config import all_files, parse_overrides
@@ -158,9 +158,9 @@ def print_doctor(con, doc: Doctor, kb=None) -> None:
     """The report in the current language, wrapped at the console's width with hanging indents (the
     environment block's facts as the probes give them, each wrapped under its value: it is pasted into
     issues); `kb`, if given, in that language too, names the codes and says the warnings."""
-    from errmap.i18n import _, ngettext
-    from errmap.layout import block
-    from errmap.report import aside, escape
+    from errmap.report.i18n import _, ngettext
+    from errmap.report.layout import block
+    from errmap.report.contract import aside, escape
 
     block(con, "", f"[bold]{_('Environment')}[/][dim]{aside(_('paste this block into an issue'))}[/]")
     con.print("```", markup=False)

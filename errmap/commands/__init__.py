@@ -1,0 +1,4 @@
+"""The commands: cli parses options and dispatches to scan, explain, doctor, docs, run and scan --ray.
+
+Stage: the top; each command wires kb, scan, report and probes together, and nothing below imports it.
+"""

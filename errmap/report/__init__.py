@@ -1,0 +1,6 @@
+"""Reporting: incidents -> diagnoses -> what the user reads.
+
+Stage: contract builds the Report and its diagnoses (the JSON contract); text prints them on a terminal
+(layout wraps, i18n translates); one module per machine format. Reads scan's incidents and the kb's
+entries; commands call it.
+"""
