@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from errmap.scan.matcher import Match, Unrecognized, scan_chunks
+from errmap.scan.events import Match, Unrecognized
+from errmap.scan.scanner import scan_chunks
 
 
 def found(matcher, line: str) -> list:

@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import ROOT, errmap, scan_json
 
-from errmap.report.contract import SHOWN_PER_CODE
+from errmap.report.text import SHOWN_PER_CODE
 from errmap.scan.triage import KEPT_TEXT, MAX_PER_CODE, MAX_RESIDUE
 
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "

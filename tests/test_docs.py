@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from errmap.commands import docs
-from errmap.commands.explain import SECTIONS, find_example, print_entry
+from errmap.commands import docs, search
+from errmap.commands.explain import print_entry
+from errmap.commands.sections import SECTIONS, find_example
 from errmap.report.contract import docs_url
 
 from conftest import ROOT, errmap
@@ -67,32 +68,32 @@ def test_prose_keeps_code_spans_and_shows_placeholders(kb):
 
 
 def test_regex_phrases_are_the_printed_words():
-    assert docs.regex_phrases(
+    assert search.regex_phrases(
         r"out of resource: (?P<resource>shared memory|\w+),? ?Required: (?P<required>\d+),? ?Hardware limit: ?(?P<limit>\d+)"
     ) == ["out of resource:", "shared memory", "Required:", "Hardware limit:"]
-    assert docs.regex_phrases(r"^(?:[\w.]+: )?Key '(?P<key>[^']+)' is not in struct") == ["Key '", "' is not in struct"]
-    assert docs.regex_phrases(r"CUDA error: no kernel image is available\.? (?i)x{2,3}abcd") == [
+    assert search.regex_phrases(r"^(?:[\w.]+: )?Key '(?P<key>[^']+)' is not in struct") == ["Key '", "' is not in struct"]
+    assert search.regex_phrases(r"CUDA error: no kernel image is available\.? (?i)x{2,3}abcd") == [
         "CUDA error: no kernel image is available", "abcd"]
 
 
 def test_search_words_come_from_the_messages(kb):
-    words = docs.search_words(kb.get(1012))
+    words = search.search_words(kb.get(1012))
     assert {"hardware", "limit", "shared", "memory", "resource"} <= set(words)
-    assert all(w == w.lower() and not docs.SEARCH_SEPARATOR.search(w) for w in words)
+    assert all(w == w.lower() and not search.SEARCH_SEPARATOR.search(w) for w in words)
     # search matches typed words as prefixes: no tag begins another, or one word would count twice
     for e in kb:
-        tags = docs.search_words(e)
+        tags = search.search_words(e)
         assert not [(a, b) for a in tags for b in tags if a != b and b.startswith(a)], e.errno
-    assert "memoryerror" in docs.search_words(kb.get(1021)) and "memory" not in docs.search_words(kb.get(1021))
+    assert "memoryerror" in search.search_words(kb.get(1021)) and "memory" not in search.search_words(kb.get(1021))
 
 
 def test_search_words_hold_the_values_a_pattern_lists(kb):
-    assert docs._values(r"^KeyError: '(?P<column>prompt|reward_model|data source)'$") == ["prompt", "reward_model", "data source"]
-    assert docs._values(r"(?P<n>\d+|x)") == []  # a class is not a value
-    words = docs.search_words(kb.get(1033))
+    assert search._values(r"^KeyError: '(?P<column>prompt|reward_model|data source)'$") == ["prompt", "reward_model", "data source"]
+    assert search._values(r"(?P<n>\d+|x)") == []  # a class is not a value
+    words = search.search_words(kb.get(1033))
     assert "prompts" in words and "keyerror" in words  # `prompt` begins `prompts`: typed, it finds that one
-    plain = docs.search_words(kb.get(1008))
-    assert "qqshard" not in plain and {"qqshard", "qqloader"} <= set(docs.search_words(kb.get(1008), ("qqshard_qqloader",)))
+    plain = search.search_words(kb.get(1008))
+    assert "qqshard" not in plain and {"qqshard", "qqloader"} <= set(search.search_words(kb.get(1008), ("qqshard_qqloader",)))
 
 
 def test_search_separator_is_the_one_mkdocs_uses():
@@ -100,7 +101,7 @@ def test_search_separator_is_the_one_mkdocs_uses():
 
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     search = next(p["search"] for p in config["plugins"] if isinstance(p, dict) and "search" in p)
-    assert search["separator"] == docs.SEARCH_SEPARATOR.pattern
+    assert search["separator"] == search.SEARCH_SEPARATOR.pattern
 
 
 def test_page_front_matter_is_valid_yaml(kb, matcher):
@@ -110,7 +111,7 @@ def test_page_front_matter_is_valid_yaml(kb, matcher):
         page = docs.errno_page(e, kb, matcher, None)
         assert page.startswith("---\n")
         meta = yaml.safe_load(page.split("---\n")[1])
-        assert meta["tags"] == docs.search_words(e, (), e.anchors[:1])  # the words of its first message
+        assert meta["tags"] == search.search_words(e, (), e.anchors[:1])  # the words of its first message
 
 
 def test_each_message_is_a_heading_of_its_own(kb, matcher):
@@ -254,7 +255,7 @@ def test_scan_links_each_diagnosis_to_its_page(tmp_path):
 
 
 def test_sarif_help_uri_is_never_a_local_file(tmp_path):
-    from errmap.report import formats
+    from errmap.report.sarif import sarif
 
     log = tmp_path / "train.log"
     log.write_text("step 1\n" + TRITON + "\n", encoding="utf-8")
@@ -262,7 +263,7 @@ def test_sarif_help_uri_is_never_a_local_file(tmp_path):
     (d,) = doc["diagnoses"]
     page = tmp_path / "site" / "errno" / "1012" / "index.html"  # what docs_url gives after `docs build`
     for docs_value, want in ((page.as_uri(), None), (None, None), ("https://docs.example.invalid/errmap/errno/1012/",) * 2):
-        (rule,) = formats.sarif([{**d, "docs": docs_value}], [])["runs"][0]["tool"]["driver"]["rules"]
+        (rule,) = sarif([{**d, "docs": docs_value}], [])["runs"][0]["tool"]["driver"]["rules"]
         assert rule.get("helpUri") == want, docs_value
 
 
@@ -315,7 +316,7 @@ def hostile_site(tmp_path_factory) -> Path:
 def test_nav_titles_are_escaped(kb):
     import yaml
 
-    from errmap.kb.load import Entry
+    from errmap.kb.model import Entry
 
     data = yaml.safe_load(HOSTILE_ENTRY)
     entry = Entry.from_dict({**data, "anchors": [dict(data["anchors"][0], unless=None, frame=None)],

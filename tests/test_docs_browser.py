@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT
 from docs_site import HOSTILE_TITLE, hostile_site
-from errmap.commands.explain import SECTIONS
+from errmap.commands.sections import SECTIONS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [

@@ -7,7 +7,7 @@ import pytest
 
 from test_docs_browser import LAPTOP, PHONE, _misses, base_url, browser, outside, search, shot, site_dir, viewing  # noqa: F401
 from errmap.report.i18n import _, set_language
-from errmap.commands.explain import SECTIONS
+from errmap.commands.sections import SECTIONS
 
 
 def _zh_sections() -> list[str]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, errmap
-from errmap.commands.explain import find_example, lookup, start_of_message
+from errmap.commands.explain import lookup, start_of_message
+from errmap.commands.sections import find_example
 
 USER_ENTRY = """\
 errno: 9001
@@ -120,11 +121,12 @@ def test_explain_and_list_read_your_own_entries(user_kb, tmp_path):
 
 def test_an_official_entry_needs_a_link(tmp_path):
     from errmap.kb import load as kbmod
+    from errmap.kb import files as kbfiles
 
     text = USER_ENTRY.replace("9001", "1001").replace("my-shard-lost", "no-kernel-image")
     path = tmp_path / "1001-no-kernel-image.yaml"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(kbmod.KBError) as info:
+    with pytest.raises(kbfiles.KBError) as info:
         kbmod.load_entry(path)
     assert info.value.problems == [f"{path}:1: links: an errmap code needs at least one upstream link "
                                    "(your own entries, 9000-9999, may have none)"]

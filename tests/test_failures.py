@@ -10,15 +10,18 @@ import pytest
 
 from conftest import errmap
 from errmap.kb import load as kbmod
+from errmap.kb import model as kbmodel
 from errmap.kb.check import check
-from errmap.scan.matcher import Match, Matcher, Unrecognized, scan_chunks
+from errmap.scan.events import Match, Unrecognized
+from errmap.scan.matcher import Matcher
+from errmap.scan.scanner import scan_chunks
 from errmap.scan.triage import Triage
 
 
 @pytest.fixture(scope="module")
 def bare() -> Matcher:
     """A matcher without any KB entry: the failure shapes do not depend on the KB."""
-    return Matcher(kbmod.KB({}))
+    return Matcher(kbmodel.KB({}))
 
 
 def events(matcher: Matcher, text: str) -> list:

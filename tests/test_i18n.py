@@ -12,6 +12,7 @@ from conftest import ROOT, errmap
 from errmap.report import i18n
 from errmap.kb import translations
 from errmap.kb import load as kbmod
+from errmap.kb import files as kbfiles
 
 P40_LOG = str(ROOT / "fixtures" / "1012" / "vllm-prefix-prefill-p40.log")
 ZH = {"ERRMAP_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "zh_CN.UTF-8"}
@@ -110,7 +111,7 @@ def _kb():
 
 def test_every_code_has_chinese_text_that_matches_the_english():
     kb = _kb()
-    glossary = translations.Glossary.load(kbmod.official_dir() / "glossary.yaml")
+    glossary = translations.Glossary.load(kbfiles.official_dir() / "glossary.yaml")
     assert set(kb.zh) == set(kb.entries) and len(kb.entries) == 48
     problems = [p for e in kb for p in translations.problems(e, kb.zh.get(e.errno), glossary)]
     assert problems == []
@@ -118,7 +119,7 @@ def test_every_code_has_chinese_text_that_matches_the_english():
 
 def test_check_catches_missing_text_placeholders_code_spans_and_glossary():
     kb = _kb()
-    glossary = translations.Glossary.load(kbmod.official_dir() / "glossary.yaml")
+    glossary = translations.Glossary.load(kbfiles.official_dir() / "glossary.yaml")
     e, text = kb.entries[1012], kb.zh[1012]
     assert translations.problems(e, None)[0].startswith("1012-triton-shared-memory: no Chinese text")
     bad = dataclasses.replace(text, cause=text.cause.replace("{required}", "N"))

@@ -247,7 +247,8 @@ def test_compressed_data_on_stdin_is_refused_not_clean(tmp_path):
 
 
 def test_data_fifo_and_huge_config_are_not_read(tmp_path):
-    from errmap.probes.base import Context, run
+    from errmap.probes.base import Context
+    from errmap.probes.running import run
 
     fifo = tmp_path / "train.parquet"
     os.mkfifo(fifo)  # opening it would wait for a writer that never comes
@@ -274,7 +275,8 @@ def test_kb_cache_keeps_a_bounded_number_of_states(tmp_path):
 
 
 def test_checkpoint_probe_never_lists_an_arbitrary_folder(tmp_path):
-    from errmap.probes.base import Context, run
+    from errmap.probes.base import Context
+    from errmap.probes.running import run
 
     private = tmp_path / "home"
     (private / ".ssh").mkdir(parents=True)

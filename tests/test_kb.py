@@ -10,8 +10,11 @@ import yaml
 
 from conftest import CATALOG, FIXTURES, ROOT
 from errmap.kb import load as kbmod
+from errmap.kb import files as kbfiles
+from errmap.kb import model as kbmodel
 from errmap.kb.check import check
-from errmap.scan.matcher import Match, Unrecognized, scan_chunks
+from errmap.scan.events import Match, Unrecognized
+from errmap.scan.scanner import scan_chunks
 from errmap.scan.triage import Triage
 
 KB_FILES = sorted((ROOT / "kb").glob("*.yaml"))
@@ -154,28 +157,28 @@ links:
 def test_fix_steps_and_links_carry_their_stacks(tmp_path):
     path = tmp_path / "9101-stack-test.yaml"
     path.write_text(USER_ENTRY)
-    e = kbmod.load_entry(path, kbmod.USER_RANGE)
+    e = kbmod.load_entry(path, kbmodel.USER_RANGE)
     assert [(s.text, s.stack) for s in e.fix] == [
         ("a plain string is a general step", ()), ("TRL: lower it", ("trl",)), ("for two stacks", ("verl", "openrlhf"))]
     assert e.links[0].stack == ("pytorch",)
-    assert kbmod.Entry.from_dict(e.to_dict()) == e  # the cache round trip keeps them
+    assert kbmodel.Entry.from_dict(e.to_dict()) == e  # the cache round trip keeps them
     path.write_text(USER_ENTRY + "unshown: {n: read by a check}\n")
-    e = kbmod.load_entry(path, kbmod.USER_RANGE)
-    assert e.unshown == (("n", "read by a check"),) and kbmod.Entry.from_dict(e.to_dict()) == e
+    e = kbmod.load_entry(path, kbmodel.USER_RANGE)
+    assert e.unshown == (("n", "read by a check"),) and kbmodel.Entry.from_dict(e.to_dict()) == e
 
 
 def test_an_unknown_stack_is_named_with_its_line(tmp_path):
     path = tmp_path / "9101-stack-test.yaml"
     path.write_text(USER_ENTRY.replace("stack: trl", "stack: trll"))
-    with pytest.raises(kbmod.KBError) as err:
-        kbmod.load_entry(path, kbmod.USER_RANGE)
+    with pytest.raises(kbfiles.KBError) as err:
+        kbmod.load_entry(path, kbmodel.USER_RANGE)
     assert f"{path}:13: fix.1.stack.0: Input should be 'verl'" in str(err.value), err.value
 
 
 def test_every_stack_has_a_name():
     from errmap.kb import schema
 
-    assert set(schema.Stack.__args__) == set(kbmod.STACKS)
+    assert set(schema.Stack.__args__) == set(kbmodel.STACKS)
 
 
 def test_every_capture_is_shown_or_declared_unshown(kb):
@@ -186,7 +189,7 @@ def test_every_capture_is_shown_or_declared_unshown(kb):
         declared = dict(e.unshown)
         zh = kb.zh.get(e.errno)
         for lang, texts in (("en", [e.cause, *(s.text for s in e.fix)]), ("zh", [zh.cause, *zh.fix] if zh else [])):
-            shown = set(kbmod.PLACEHOLDER.findall(" ".join(texts)))
+            shown = set(kbmodel.PLACEHOLDER.findall(" ".join(texts)))
             missing += [f"{e.errno} {lang}: {{{name}}}" for name in sorted(e.captures - shown - set(declared))]
         assert all(reason.strip() for reason in declared.values()), e.errno
     assert not missing, "captured but never shown nor declared unshown:\n" + "\n".join(missing)
@@ -196,8 +199,8 @@ def test_unshown_names_a_capture_that_is_not_shown(tmp_path):
     path = tmp_path / "9101-stack-test.yaml"
     for unshown, says in (("{nope: x}", "unshown 'nope' is not a capture"), ("{n: a check}", "unshown 'n' is shown")):
         path.write_text(USER_ENTRY.replace("a cause for the test", "a cause for the test: {n}") + f"unshown: {unshown}\n")
-        with pytest.raises(kbmod.KBError) as err:
-            kbmod.load_entry(path, kbmod.USER_RANGE)
+        with pytest.raises(kbfiles.KBError) as err:
+            kbmod.load_entry(path, kbmodel.USER_RANGE)
         assert says in str(err.value), err.value
 
 

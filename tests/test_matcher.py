@@ -10,9 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from errmap.kb import load as kbmod
-from errmap.kb.load import Anchor
+from errmap.kb.model import Anchor
 from errmap.scan.lines import peel
-from errmap.scan.matcher import MAX_LINE, Match, Matcher, Unrecognized, scan_chunks
+from errmap.scan.matcher import MAX_LINE, Matcher
+from errmap.scan.events import Match, Unrecognized
+from errmap.scan.scanner import Scanner, scan_chunks
 
 USER_KB = Path(__file__).parent / "data" / "userkb"
 
@@ -158,7 +160,7 @@ def test_peel_sglang_prefix_and_indentation():
 def test_matching_again_while_an_interrupted_scan_still_holds_a_view_of_the_buffer(m):
     # An interrupt inside the prefilter leaves its frames (and their view of the buffer) on the traceback while
     # watch's cleanup matches what was left: the buffer cannot be resized in place then, and must not raise.
-    scanner = m.scanner("t.log")
+    scanner = Scanner(m, "t.log")
     scanner.take(b"errmap-test-marker 1\nerrmap-test-marker 2\npartial")
     held = memoryview(scanner._buf)  # what the interrupted frame keeps
     assert markers(scanner.match()) == [(1, "1"), (2, "2")]
@@ -224,12 +226,12 @@ def test_a_remembered_line_still_ends_a_traceback(m):
 
 def test_the_lines_a_scanner_remembers_are_bounded(m):
     """Distinct lines that gave nothing, short and long: the scanner's memory of them stays within its bounds."""
-    from errmap.scan import matcher
+    from errmap.scan import scanner as matcher
 
     def word(i: int) -> bytes:  # distinct in letters: lines that differ only in digits are remembered as one
         return bytes(97 + i // 26 ** k % 26 for k in range(3))
 
-    sc = m.scanner("t.log")
+    sc = Scanner(m, "t.log")
     for i in range(3 * matcher.UNMATCHED):
         sc.feed(b"grad_Error_norm %s\n" % word(i) + b"x" * (i % 3 * 900) + b" Error_rate %s\n" % word(i))
         assert len(sc._unmatched) <= matcher.UNMATCHED

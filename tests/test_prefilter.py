@@ -6,7 +6,8 @@ import pytest
 
 from conftest import FIXTURES, errmap
 from errmap.kb import load as kbmod
-from errmap.scan.matcher import Matcher, scan_chunks
+from errmap.scan.matcher import Matcher
+from errmap.scan.scanner import Scanner, scan_chunks
 
 LOGS = sorted(FIXTURES.rglob("*.log"))
 
@@ -33,7 +34,7 @@ def test_hits_on_one_long_line_full_of_hits():
     every hit on its one line, and the line after it is still its own line."""
     m = Matcher(kbmod.load())
     block = b"Error " * 170_000 + b"\nKeyError: 'x'\n"
-    got = m.scanner("f")._scan(block, len(block))
+    got = Scanner(m, "f")._scan(block, len(block))
     assert [(e.line.lineno, e.line.text) for e in got] == [(2, "KeyError: 'x'")]
 
 

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from errmap.probes import PROBES, backends, registry
-from errmap.probes.base import Context, Fact, probe, run
+from errmap.probes import PROBES, backends
+from errmap.probes.base import Context, Fact, probe
+from errmap.probes.running import registry, run
 from errmap.probes.host import ifname_matches
 
 from conftest import ROOT
@@ -241,7 +242,8 @@ import json, sys
 for name in ("torch", "pyarrow", "pyarrow.parquet", "pynvml"):
     sys.modules[name] = None
 from errmap.probes import PROBES
-from errmap.probes.base import Context, run
+from errmap.probes.base import Context
+from errmap.probes.running import run
 ctx = Context(data=sys.argv[1], model=sys.argv[2], captures={"port": "1", "module": "json"})
 print(json.dumps({n: run(n, ctx).to_json() for n in PROBES}, default=str))
 """

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import errmap
 from errmap.scan.lines import peel
-from errmap.scan.matcher import Match, Unrecognized, scan_chunks
+from errmap.scan.events import Match, Unrecognized
+from errmap.scan.scanner import scan_chunks
 
 TRITON = "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: 65536. Reducing block sizes or `num_stages` may help."
 

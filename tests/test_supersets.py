@@ -16,8 +16,11 @@ from conftest import FIXTURES, ROOT, errmap
 
 hyperscan = pytest.importorskip("hyperscan", reason="the supersets run where Hyperscan has a wheel")
 from errmap.kb import load as kbmod
+from errmap.scan import failures as failures_module
 from errmap.scan import matcher as matcher_module
-from errmap.scan.matcher import Matcher, scan_chunks
+from errmap.scan import scanner as scanner_module
+from errmap.scan.matcher import Matcher
+from errmap.scan.scanner import scan_chunks
 from errmap.scan.superset import digit_blind, superset
 
 LOGS = sorted(FIXTURES.rglob("*.log"))
@@ -40,8 +43,8 @@ def matchers() -> dict[str, Matcher]:
 
 def events(m: Matcher, data: bytes, step: int = 1 << 20, remember: bool = True) -> list[tuple]:
     """The events of a scan; without `remember`, the scanner matches every line again however often it comes."""
-    kept = matcher_module.UNMATCHED_MAX
-    matcher_module.UNMATCHED_MAX = kept if remember else -1
+    kept = scanner_module.UNMATCHED_MAX
+    scanner_module.UNMATCHED_MAX = kept if remember else -1
     try:
         return [
             (type(e).__name__, e.line.lineno, e.line.text, e.line.rank, e.line.level, getattr(getattr(e, "entry", None), "errno", None),
@@ -49,7 +52,7 @@ def events(m: Matcher, data: bytes, step: int = 1 << 20, remember: bool = True) 
             for e in scan_chunks(m, "f", [data[i: i + step] for i in range(0, len(data), step)])
         ]
     finally:
-        matcher_module.UNMATCHED_MAX = kept
+        scanner_module.UNMATCHED_MAX = kept
 
 
 def agree(matchers: dict[str, Matcher], data: bytes, step: int = 1 << 20) -> list[tuple]:
@@ -160,7 +163,7 @@ def test_what_a_line_that_gave_nothing_went_through_cannot_tell_digits_apart():
 
     for pattern in (lines.PREFIX.pattern, lines._LOST_SGR.pattern, lines._REPEATED.pattern, lines._RAISE.pattern,
                     lines.ANSI.pattern.decode("latin-1"), matcher_module.GENERIC.pattern, matcher_module.GPU_ERROR.pattern,
-                    matcher_module.RAISED.pattern, matcher_module._SHAPED.pattern.decode("latin-1"),
+                    failures_module.RAISED.pattern, scanner_module._SHAPED.pattern.decode("latin-1"),
                     matcher_module.BEFORE_TEXT, matcher_module.PADDED.pattern):
         assert digit_blind(pattern), pattern
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from errmap.kb import schema
-from errmap.kb.load import Entry
+from errmap.kb.model import Entry
 from errmap.probes.base import Fact
 from errmap.probes.verify import decide
 

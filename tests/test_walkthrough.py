@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from errmap.kb import load as kbmod
+from errmap.kb import model as kbmodel
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"en": ROOT / "docs" / "p40-verl-gsm8k.md", "zh": ROOT / "docs" / "zh" / "p40-verl-gsm8k.md"}
@@ -27,7 +28,7 @@ def pages() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def bf16() -> kbmod.Entry:
+def bf16() -> kbmodel.Entry:
     kb = kbmod.load()
     entry = kb.get(1009)
     problems = [w for w in kb.warnings if "1009-" in w]
@@ -35,19 +36,19 @@ def bf16() -> kbmod.Entry:
     return entry
 
 
-def p40_step(entry: kbmod.Entry) -> kbmod.Step:
+def p40_step(entry: kbmodel.Entry) -> kbmodel.Step:
     """The verl step errmap shows on a GPU whose fp16 is slow (the P40)."""
     steps = [s for s in entry.fix if "slow-fp16" in s.gpu and "verl" in s.stack]
     assert len(steps) == 1, f"expected one verl step with gpu 'slow-fp16' in 1009, found {len(steps)}"
     return steps[0]
 
 
-def fp32_keys(step: kbmod.Step) -> list[str]:
+def fp32_keys(step: kbmodel.Step) -> list[str]:
     """Each backticked setting of the step that sets fp32/float32 or the attention implementation."""
     return [k for k in CODE.findall(step.text) if "=" in k and FP32_OR_ATTN.search(k)]
 
 
-def doctor_sentence(entry: kbmod.Entry) -> tuple[str, str]:
+def doctor_sentence(entry: kbmodel.Entry) -> tuple[str, str]:
     """(setting, sentence) of the 1009 prediction on the rollout dtype: what `errmap doctor` says."""
     for p in entry.predicts:
         settings = [c.setting for c in p.when if c.setting]

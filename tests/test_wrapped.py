@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from errmap.kb import load as kbmod
-from errmap.scan.matcher import GENERIC, Match, Matcher, Unrecognized, scan_chunks
+from errmap.scan.matcher import GENERIC, Matcher
+from errmap.scan.events import Match, Unrecognized
+from errmap.scan.scanner import scan_chunks
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").glob("10[0-9][0-9]/*.log"))
 

@@ -12,14 +12,19 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from errmap.report import formats, i18n, layout
+from errmap.report import i18n, layout
+from errmap.report.dumps import dumps, jsonl
+from errmap.report.github import github
+from errmap.report.sarif import sarif
 from errmap.kb import load as kbmod
+from errmap.kb import model as kbmodel
 from errmap.scan import prefilter
 from errmap.probes import verify
 from errmap.report.i18n import _
 from errmap.probes.verify import probe_options
 from errmap.scan.matcher import Matcher
-from errmap.report.contract import Report, diagnose, escape, print_diagnosis, print_report
+from errmap.report.contract import Report, diagnose
+from errmap.report.text import escape, print_diagnosis, print_report
 from errmap.scan.parallel import scan, scan_source
 from errmap.scan.source import InputError, Source, expand
 from errmap.scan.triage import Incident, Residue, Triage
@@ -32,7 +37,7 @@ def _console(stderr: bool = False) -> Console:
     return layout.console(stderr)
 
 
-def _load_kb(extra: tuple[str, ...], fmt: str = "text") -> kbmod.KB:
+def _load_kb(extra: tuple[str, ...], fmt: str = "text") -> kbmodel.KB:
     """The KB; in Chinese for text output with --lang zh (machine formats keep the English text)."""
     kb = kbmod.load([Path(p) for p in extra])
     if kb.warnings:
@@ -129,7 +134,7 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
     sys.exit(report.exit_code())
 
 
-def _scan_ray(kb: kbmod.KB, address: str, paths: tuple[str, ...], node_paths: tuple[str, ...], since: str | None,
+def _scan_ray(kb: kbmodel.KB, address: str, paths: tuple[str, ...], node_paths: tuple[str, ...], since: str | None,
               node_timeout: float, fmt: str, verbose: bool, report_path: str | None) -> None:
     from errmap.commands import cluster
 
@@ -153,7 +158,7 @@ def _scan_ray(kb: kbmod.KB, address: str, paths: tuple[str, ...], node_paths: tu
     sys.exit(done.report.exit_code())
 
 
-def _emit(report: Report, fmt: str, verbose: bool, kb: kbmod.KB | None = None, more: dict | None = None) -> None:
+def _emit(report: Report, fmt: str, verbose: bool, kb: kbmodel.KB | None = None, more: dict | None = None) -> None:
     if fmt == "text":
         print_report(_console(), report, verbose)
         return
@@ -162,7 +167,7 @@ def _emit(report: Report, fmt: str, verbose: bool, kb: kbmod.KB | None = None, m
     click.echo(_machine(report, fmt, more, kb), nl=False)
 
 
-def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmod.KB | None = None) -> str:
+def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmodel.KB | None = None) -> str:
     """The report in a machine format (json for text), as the text of a file; `more` adds to its JSON."""
     doc = report.to_json() | (more or {})
     if kb is not None and i18n.asked() == "zh":  # the Chinese text in a field of its own; the English keys stay
@@ -174,14 +179,14 @@ def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmod.KB | 
             if zh is not None:
                 d["zh"] = zh
     if fmt in ("json", "text"):
-        return formats.dumps(doc) + "\n"
+        return dumps(doc) + "\n"
     if fmt == "sarif":
-        return formats.dumps(formats.sarif(doc["diagnoses"], doc["unrecognized"])) + "\n"
-    lines = [formats.jsonl(d) for d in doc["diagnoses"]] if fmt == "jsonl" else formats.github(doc["diagnoses"], doc["unrecognized"])
+        return dumps(sarif(doc["diagnoses"], doc["unrecognized"])) + "\n"
+    lines = [jsonl(d) for d in doc["diagnoses"]] if fmt == "jsonl" else github(doc["diagnoses"], doc["unrecognized"])
     return "".join(line + "\n" for line in lines)
 
 
-def _save_report(report: Report, fmt: str, path: str | None, more: dict | None = None, kb: kbmod.KB | None = None) -> None:
+def _save_report(report: Report, fmt: str, path: str | None, more: dict | None = None, kb: kbmodel.KB | None = None) -> None:
     if path is None:
         return
     try:
@@ -201,7 +206,7 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
             return  # one JSON document at the end
         if isinstance(item, Residue):
             if fmt == "jsonl":
-                out.file.write(formats.jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")
+                out.file.write(jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")
             else:
                 layout.block(out, "[yellow]errmap: unrecognized error[/] ",
                              f"[cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
@@ -210,8 +215,6 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
             d = diagnose(item, gpu=report.gpu(item.run), have=report.versions(item.run))
             d.update(probed)
             if fmt == "jsonl":
-                from errmap.report.formats import jsonl
-
                 out.file.write(jsonl(d) + "\n")
             else:
                 print_diagnosis(out, d, brief=item.entry.role == "consequence", verbose=verbose)
@@ -308,7 +311,7 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
     for inc in report.triage.incidents.values() if probed else ():
         probed(inc)
     if fmt == "json":
-        click.echo(formats.dumps(report.to_json()), err=to_stderr)
+        click.echo(dumps(report.to_json()), err=to_stderr)
         return
     if fmt == "jsonl":
         return  # every diagnosis was already written as it happened
@@ -402,7 +405,7 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
             from errmap.kb.translations import for_json
 
             doc["zh"] = for_json(e, kb.zh[e.errno])
-        click.echo(formats.dumps(doc))
+        click.echo(dumps(doc))
     else:
         print_entry(_console(), e, kb, matcher)
 
@@ -429,7 +432,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs
     kb = _load_kb(kb_dirs, "json")  # the KB's predictions (yours too: --kb), in English like the rest of doctor
     doc = diagnose_setup(list(data_files), model_dir, list(overrides), kb)
     if fmt == "json":
-        click.echo(formats.dumps(doc.to_json(kb, kb.localized("zh") if i18n.asked() == "zh" else None)))
+        click.echo(dumps(doc.to_json(kb, kb.localized("zh") if i18n.asked() == "zh" else None)))
     else:
         print_doctor(_console(), doc, kb.localized(i18n.language()) if kb else None)
     sys.exit(1 if doc.warnings else 0)
@@ -442,7 +445,7 @@ def list_cmd(fmt: str, kb_dirs: tuple[str, ...]) -> None:
     """List every error code with its title (your own entries too: --kb, ERRMAP_KB_PATH)."""
     kb = _load_kb(kb_dirs, fmt)
     if fmt == "json":
-        click.echo(formats.dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb]))
+        click.echo(dumps([{"errno": e.errno, "slug": e.slug, "title": e.title, "role": e.role, "group": e.group} for e in kb]))
         return
     con = _console()
     width = max(len(e.slug) for e in kb)

@@ -21,9 +21,10 @@ from typing import Any
 
 import regex
 
-from errmap.kb.load import KB
+from errmap.kb.model import KB
 from errmap.scan.lines import Line
-from errmap.scan.matcher import Event, Matcher
+from errmap.scan.events import Event
+from errmap.scan.matcher import Matcher
 from errmap.report.contract import Report
 from errmap.scan.parallel import scan_source
 from errmap.scan.source import InputError, Source, expand

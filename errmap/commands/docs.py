@@ -3,7 +3,7 @@
 This file is also the MkDocs hook named in mkdocs.yml: `on_config` puts the codes into the
 navigation and `on_files` adds the generated pages (errno/index.md, errno/<n>/index.md), so
 `mkdocs build --strict` and `errmap docs build` give the same site and no page is written by hand.
-The sections of a page are `errmap.explain.HEADINGS`, filled by the same helpers as `errmap explain`.
+The sections of a page are errmap/commands/sections.py's `HEADINGS`, filled by the same helpers as `errmap explain`.
 
 Everything taken from a KB entry or a log is HTML-escaped, and the characters Markdown would read
 as markup become character references, so a log line prints as written and never as markup.
@@ -17,6 +17,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from errmap.commands.search import search_words
 
 CONFIG = "mkdocs.yml"
 CONFIG_ZH = "mkdocs.zh.yml"
@@ -60,7 +62,7 @@ def _code(value: str) -> str:
 
 def prose(value: str, names: set[str] | None = None) -> str:
     """KB prose for a page: `code` spans become <code>, {capture} placeholders show as <capture>."""
-    from errmap.kb.load import OPTIONAL
+    from errmap.kb.model import OPTIONAL
 
     names = names or set()
     value = OPTIONAL.sub("", value)  # a page shows the template: the fragments that one log fills in are left out
@@ -98,7 +100,7 @@ def _source(value: str) -> str:
 
 def example_html(example) -> str:
     """The example log as a raw HTML block, the matching line marked."""
-    from errmap.commands.explain import Example
+    from errmap.commands.sections import Example
 
     assert isinstance(example, Example)
     rows = []
@@ -125,108 +127,11 @@ def example_html(example) -> str:
     )
 
 
-def regex_phrases(pattern: str) -> list[str]:
-    """The runs of plain text in a regex: the words the message prints, as a log shows them.
-
-    `out of resource: (?P<r>shared memory|\\w+),? ?Required: (?P<n>\\d+)` gives
-    ["out of resource:", "shared memory", "Required"]; a character made optional is left out.
-    """
-    runs: list[str] = []
-    cur: list[str] = []
-
-    def flush() -> None:
-        run = "".join(cur).strip()
-        cur.clear()
-        if len(run) >= 4 and re.search(r"[A-Za-z]{2}", run):
-            runs.append(run)
-
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            nxt = pattern[i + 1:i + 2]
-            if nxt and not nxt.isalnum():
-                cur.append(nxt)
-            else:  # \w \d \s \b \n ...: a class or an assertion, not text
-                flush()
-            i += 2
-        elif c == "[":
-            flush()
-            i += 1
-            if i < n and pattern[i] == "^":
-                i += 1
-            if i < n and pattern[i] == "]":
-                i += 1
-            while i < n and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
-            i += 1
-        elif c == "(":
-            flush()
-            m = re.match(r"\(\?(?:P<\w+>|<\w+>|[:=!>]|<[=!]|[a-zA-Z]+\)|[a-zA-Z]*:)?", pattern[i:])
-            i += m.end() if m else 1
-        elif c in ")|^$.":
-            flush()
-            i += 1
-        elif c in "?*+" or (c == "{" and re.match(r"\{\d+(?:,\d*)?\}", pattern[i:])):
-            if cur:  # the quantifier applies to the last character alone
-                cur.pop()
-            flush()
-            m = re.match(r"\{\d+(?:,\d*)?\}", pattern[i:]) if c == "{" else None
-            i += m.end() if m else 1
-        else:
-            cur.append(c)
-            i += 1
-    flush()
-    return runs
-
-
-# The search plugin's separator (mkdocs.yml): queries are split into words by it, and so are these.
-SEARCH_SEPARATOR = re.compile(r"""[\s\u200b\-_,:!=\[\]()"`/']+|\.(?!\d)|&[lg]t;""")
-
-
-def search_words(e, seen: tuple[str, ...] = (), anchors=None) -> list[str]:
-    """The words of a code's messages (of `anchors`, all by default: their literals and the text
-    runs of their patterns, the values the patterns list for a capture, and `seen`: what the example
-    log gave its captures).
-
-    A page's `tags` hold those of its first message (see `errno_page`). Search matches a typed word
-    as a prefix, so a word that begins another (`memory`, `memoryerror`) is left out: it would count
-    the same typed word twice and rank a page that holds one of the words typed above a page that
-    holds them all.
-    """
-    words: dict[str, None] = {}
-    for a in e.anchors if anchors is None else anchors:
-        for phrase in [*a.literals, *filter(_telling, regex_phrases(a.regex)), *_values(a.regex), *seen]:
-            for word in SEARCH_SEPARATOR.split(phrase.lower()):
-                word = word.strip(_EDGE + "'")
-                if len(word) >= 2 and not word.isdigit():
-                    words.setdefault(word, None)
-    return [w for w in words if not any(o != w and o.startswith(w) for o in words)]
-
-
-_EDGE = " \t:;,.()[]{}<>'\"`=/-|"
-_GROUP_OF_WORDS = re.compile(r"\(\?P<\w+>([\w .|-]+)\)")
-
-
-def _values(pattern: str) -> list[str]:
-    """The values a message's capture may take when its pattern lists them: `(?P<column>prompt|query)`."""
-    return [v for m in _GROUP_OF_WORDS.finditer(pattern) for v in m[1].split("|") if re.fullmatch(r"[A-Za-z][\w .-]*", v)]
-
-
-def _telling(run: str) -> bool:
-    """A run that names this message rather than any error: some words, or one long identifier."""
-    run = run.strip(_EDGE)
-    words = re.findall(r"[A-Za-z][\w.-]*", run)
-    if len(words) >= 2:
-        return sum(len(w) for w in words) >= 8
-    return len(words) == 1 and (len(words[0]) >= 12 or "_" in words[0])
-
-
 def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     """The Markdown of one code's page, section by section as `errmap explain` prints them."""
     import json
 
-    from errmap.commands.explain import HEADINGS, MANY, doctor_lines, find_example, probe_lines, related_groups
+    from errmap.commands.sections import HEADINGS, MANY, doctor_lines, find_example, probe_lines, related_groups
     from errmap.report.i18n import _
 
     from errmap.kb import gpus
@@ -404,20 +309,22 @@ def load_kb(root: Path, lang: str = "en"):
     """The KB of this checkout and your own folders in ERRMAP_KB_PATH, in `lang`; any problem fails the
     build with the list of problems."""
     from errmap.kb import load as kbmod
+    from errmap.kb import files as kbfiles
+    from errmap.kb import model as kbmodel
 
-    entries, problems = kbmod._load_dir(root / "kb", kbmod.OFFICIAL_RANGE)
+    entries, problems = kbmod.load_dir(root / "kb", kbmodel.OFFICIAL_RANGE)
     for folder in filter(None, os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep)):
         if not Path(folder).is_dir():
             problems.append(f"{folder}: not a folder (ERRMAP_KB_PATH)")
             continue
-        found, bad = kbmod._load_dir(Path(folder), kbmod.USER_RANGE)
+        found, bad = kbmod.load_dir(Path(folder), kbmodel.USER_RANGE)
         entries.update(found)
         problems += bad
-    zh = kbmod._translations(root / "kb", entries, problems) if lang == "zh" else {}
+    zh = kbmod.load_translations(root / "kb", entries, problems) if lang == "zh" else {}
     problems += kbmod.cross_check(entries)
     if problems:
-        raise kbmod.KBError(problems)
-    return kbmod.KB(entries, zh=zh).localized(lang)
+        raise kbfiles.KBError(problems)
+    return kbmodel.KB(entries, zh=zh).localized(lang)
 
 
 # ---------------------------------------------------------------- MkDocs hook
@@ -428,7 +335,7 @@ _STATE: dict = {}
 def on_config(config):
     from mkdocs.exceptions import PluginError
 
-    from errmap.kb import load as kbmod
+    from errmap.kb import files as kbfiles
 
     from errmap.report import i18n
 
@@ -437,7 +344,7 @@ def on_config(config):
     i18n.set_language(lang)
     try:
         kb = load_kb(root, lang)
-    except kbmod.KBError as exc:
+    except kbfiles.KBError as exc:
         raise PluginError("the knowledge base has problems:\n  " + "\n  ".join(exc.problems)) from None
     fixtures = root / "fixtures"
     _STATE.update(kb=kb, fixtures=fixtures if fixtures.is_dir() else None)

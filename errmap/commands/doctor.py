@@ -17,10 +17,11 @@ from typing import Any
 
 from errmap.kb import load as kbmod
 from errmap.kb import predict as predictions
-from errmap.kb.load import KB
+from errmap.kb.model import KB
 from errmap.kb.predict import Warning_
-from errmap.probes import PROBES, registry
-from errmap.probes.base import Context, Fact, run
+from errmap.probes import PROBES
+from errmap.probes.base import Context, Fact
+from errmap.probes.running import registry, run
 from errmap.probes.config import all_files, parse_overrides
 
 MACHINE_ORDER = [
@@ -160,7 +161,7 @@ def print_doctor(con, doc: Doctor, kb=None) -> None:
     issues); `kb`, if given, in that language too, names the codes and says the warnings."""
     from errmap.report.i18n import _, ngettext
     from errmap.report.layout import block
-    from errmap.report.contract import aside, escape
+    from errmap.report.text import aside, escape
 
     block(con, "", f"[bold]{_('Environment')}[/][dim]{aside(_('paste this block into an issue'))}[/]")
     con.print("```", markup=False)

@@ -30,6 +30,7 @@ from typing import BinaryIO
 
 from errmap.report.i18n import _
 from errmap.scan.matcher import Matcher
+from errmap.scan.scanner import Scanner
 from errmap.scan.parallel import OnNew, feed
 from errmap.scan.source import Source
 from errmap.scan.triage import Triage
@@ -179,7 +180,7 @@ def run_command(
     keys = _foreground(0)  # errmap owns the terminal: the command reads it through its pseudo-terminal
     # Python children flush each line, so diagnoses follow the output live (an explicit setting wins).
     env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
-    scanner = matcher.scanner(source.path)
+    scanner = Scanner(matcher, source.path)
     last = b"\n"
 
     def record(data: bytes) -> None:

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 from errmap.kb import load as kbmod
+from errmap.kb import files as kbfiles
+from errmap.kb import model as kbmodel
 from errmap.kb import gpus, predict, translations
 
 GLOSSARY = "glossary.yaml"  # kb/glossary.yaml: the standard Chinese terms
@@ -20,7 +22,7 @@ CHECK_TIMEOUT = 1.0  # seconds: an exponential pattern exceeds any bound, a line
 SLOW_CPU = 0.02  # CPU seconds on one test line above which growth is measured
 
 
-def _fillers(anchor: kbmod.Anchor) -> list[str]:
+def _fillers(anchor: kbmodel.Anchor) -> list[str]:
     own = {c for c in anchor.regex + (anchor.unless or "") if c.isprintable() and c not in _META}
     return [*_ADVERSARIAL, *sorted(own - set(_ADVERSARIAL))]
 
@@ -43,7 +45,7 @@ def _least(patterns: list, line: str, runs: int = 3) -> float | None:
     return None if None in costs else min(costs)
 
 
-def slow_anchors(entry: kbmod.Entry) -> list[str]:
+def slow_anchors(entry: kbmodel.Entry) -> list[str]:
     """Anchors whose pattern (or guard) backtracks catastrophically or grows faster than linearly
     on lines built around their literals: timed out on one line, or costing more than SLOW_CPU and
     over 8 times as much on a line 4 times as long (linear is 4, quadratic 16)."""
@@ -76,27 +78,27 @@ def slow_anchors(entry: kbmod.Entry) -> list[str]:
 def check(user_dirs: list[Path]) -> list[str]:
     """Every problem of the official KB and the user folders (`--kb`, then ERRMAP_KB_PATH, as `load` reads them)."""
     env = [Path(p) for p in os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep) if p]
-    folders = [(kbmod.official_dir(), kbmod.OFFICIAL_RANGE), *((d, kbmod.USER_RANGE) for d in [*user_dirs, *env])]
-    entries: dict[int, kbmod.Entry] = {}
+    folders = [(kbfiles.official_dir(), kbmodel.OFFICIAL_RANGE), *((d, kbmodel.USER_RANGE) for d in [*user_dirs, *env])]
+    entries: dict[int, kbmodel.Entry] = {}
     zh: dict[int, translations.Text] = {}
     problems: list[str] = []
     for folder, allowed in folders:
         if not folder.is_dir():
             problems.append(f"{folder}: not a folder")
             continue
-        found, bad = kbmod._load_dir(folder, allowed)
+        found, bad = kbmod.load_dir(folder, allowed)
         problems += bad
         for errno in found.keys() & entries.keys():
             problems.append(f"{folder}: errno {errno} defined twice")
         entries.update(found)
-        zh.update(kbmod._translations(folder, found, problems))
+        zh.update(kbmod.load_translations(folder, found, problems))
     problems += kbmod.cross_check(entries)
-    problems += predict.read_defaults(kbmod.official_dir() / predict.DEFAULTS_FILE)[1]
-    problems += gpu_table_problems(kbmod.official_dir() / gpus.TABLE)
-    glossary = translations.Glossary.load(kbmod.official_dir() / GLOSSARY)
+    problems += predict.read_defaults(kbfiles.official_dir() / predict.DEFAULTS_FILE)[1]
+    problems += gpu_table_problems(kbfiles.official_dir() / gpus.TABLE)
+    glossary = translations.Glossary.load(kbfiles.official_dir() / GLOSSARY)
     for entry in entries.values():
         problems += slow_anchors(entry)
-        if entry.errno in kbmod.OFFICIAL_RANGE or entry.errno in zh:  # a user entry may stay English-only
+        if entry.errno in kbmodel.OFFICIAL_RANGE or entry.errno in zh:  # a user entry may stay English-only
             problems += translations.problems(entry, zh.get(entry.errno), glossary)
     return problems
 
@@ -108,14 +110,14 @@ def gpu_table_problems(path: Path) -> list[str]:
     from errmap.kb.schema import GpuTable
 
     try:
-        text = kbmod._read(path)
-        GpuTable.model_validate(kbmod._parse(path, text))
-    except kbmod.KBError as exc:
+        text = kbfiles.read(path)
+        GpuTable.model_validate(kbfiles.parse(path, text))
+    except kbfiles.KBError as exc:
         return exc.problems
     except ValidationError as exc:
         import yaml
 
-        lines = kbmod._line_map(yaml.compose(text, Loader=kbmod._Loader))
-        return [f"{path}:{kbmod._line_of(lines, tuple(e['loc']))}: {'.'.join(map(str, e['loc'])) or 'table'}: {e['msg']}"
+        lines = kbfiles.line_map(yaml.compose(text, Loader=kbfiles.Loader))
+        return [f"{path}:{kbfiles.line_of(lines, tuple(e['loc']))}: {'.'.join(map(str, e['loc'])) or 'table'}: {e['msg']}"
                 for e in exc.errors()]
     return []

@@ -101,7 +101,7 @@ def plain(name: str) -> str:
 
 
 def table_path() -> Path:
-    from errmap.kb.load import official_dir
+    from errmap.kb.files import official_dir
 
     return official_dir() / TABLE
 
@@ -111,10 +111,10 @@ def table() -> Table:
     """kb/gpus.yaml as `errmap kb check` validated it (errmap.schema.GpuTable); empty when it cannot be read."""
     import yaml
 
-    from errmap.kb.load import _Loader  # libyaml where the wheel has it: the table is read at the first GPU a scan meets
+    from errmap.kb.files import Loader  # libyaml where the wheel has it: the table is read at the first GPU a scan meets
 
     try:
-        return Table.from_dict(yaml.load(table_path().read_text(encoding="utf-8"), Loader=_Loader))
+        return Table.from_dict(yaml.load(table_path().read_text(encoding="utf-8"), Loader=Loader))
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
         return Table({}, ())
 

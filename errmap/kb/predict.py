@@ -15,9 +15,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from errmap.kb.load import KB, Condition, Entry, Prediction
+from errmap.kb.model import KB, Condition, Entry, Prediction
 from errmap.probes.base import Fact
-from errmap.probes.verify import _cmp, _empty, _holds, _pick
+from errmap.kb.compare import compare, contains, empty, pick
 
 DEFAULT_NOTE = " (verl default)"  # after a setting the overrides left out
 NULLS = ("null", "None", "~", "")  # Hydra's ways to write no value
@@ -97,7 +97,7 @@ def _target(doc: Setup, c: Condition, path: str | None) -> tuple[bool, Any, str]
         f = doc.fact(c.against, {}, path)
         if f is None or not f.known:
             return False, None, ""
-        value = _pick(f.value, c.against_field)
+        value = pick(f.value, c.against_field)
         return True, value, shown(value)
     if c.against_setting is not None:
         keys = [c.against_setting] if isinstance(c.against_setting, str) else c.against_setting
@@ -125,7 +125,7 @@ def holds(doc: Setup, c: Condition, path: str | None = None) -> Held | None:
         if f is None or not f.known:
             return None
         read.append((c.fact, c.captures))
-        subject = _pick(f.value, c.field)
+        subject = pick(f.value, c.field)
         subject_shown = shown(subject)
     has_target = c.value is not None or c.against is not None or c.against_setting is not None
     known, target, target_shown = _target(doc, c, path) if has_target else (True, None, "")
@@ -140,26 +140,26 @@ def holds(doc: Setup, c: Condition, path: str | None = None) -> Held | None:
         if subject is None:
             return None
         items = target if isinstance(target, list) else [target]
-        absent = [t for t in items if not _holds(subject, t)]
+        absent = [t for t in items if not contains(subject, t)]
         if op == "missing" and not absent or op == "present" and absent:
             return None
         if op == "missing":
             subject_shown = ", ".join(repr(a) for a in absent)
     elif op in ("missing", "present"):
-        if _empty(subject) != (op == "missing"):
+        if empty(subject) != (op == "missing"):
             return None
     elif op == "contains":
-        if subject is None or not _holds(subject, target):
+        if subject is None or not contains(subject, target):
             return None
     elif op == "in":
         if subject is None or str(subject).lower() not in [str(v).lower() for v in target]:
             return None
     elif isinstance(subject, list):
-        hits = [v for v in subject if _cmp(v, op, target)]
+        hits = [v for v in subject if compare(v, op, target)]
         if not hits:
             return None
         subject_shown = shown(hits)
-    elif not _cmp(subject, op, target):
+    elif not compare(subject, op, target):
         return None
     names = {c.name: subject_shown} if c.name else {}
     if c.target_name:
@@ -168,7 +168,7 @@ def holds(doc: Setup, c: Condition, path: str | None = None) -> Held | None:
 
 
 def _fill(text: str, names: dict[str, str]) -> str:
-    from errmap.kb.load import PLACEHOLDER
+    from errmap.kb.model import PLACEHOLDER
 
     return PLACEHOLDER.sub(lambda m: names.get(m[1], m[0]), text)
 
@@ -239,17 +239,17 @@ def read_defaults(path: Path) -> tuple[dict[str, str], list[str]]:
     """(setting -> verl's default, as an override writes it; problems as file:line)."""
     import yaml
 
-    from errmap.kb.load import _line_map, _Loader
+    from errmap.kb.files import line_map, Loader
 
     try:
         text = path.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=Loader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         return {}, [f"{path}:1: cannot read: {exc}"]
     defaults = data.get("defaults") if isinstance(data, dict) else None
     if not isinstance(defaults, dict):
         return {}, [f"{path}:1: expected `defaults:`, a mapping of setting to value"]
-    lines = _line_map(yaml.compose(text, Loader=_Loader))
+    lines = line_map(yaml.compose(text, Loader=Loader))
     out, problems = {}, []
     for key, value in defaults.items():
         where = f"{path}:{lines.get(('defaults', key), 1)}"
@@ -264,7 +264,7 @@ def read_defaults(path: Path) -> tuple[dict[str, str], list[str]]:
 
 @cache
 def verl_defaults() -> dict[str, str]:
-    from errmap.kb.load import official_dir
+    from errmap.kb.files import official_dir
 
     return read_defaults(official_dir() / DEFAULTS_FILE)[0]
 

@@ -68,11 +68,11 @@ def load_file(path: Path) -> Text:
     """One sidecar, validated; KBError with file:line for every problem."""
     from pydantic import ValidationError
 
-    from errmap.kb.load import KBError, _line_map, _line_of, _Loader
+    from errmap.kb.files import KBError, line_map, line_of, Loader
 
     try:
         text = path.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=Loader)
     except (OSError, UnicodeDecodeError) as exc:
         raise KBError([f"{path}:1: cannot read: {exc}"]) from None
     except yaml.YAMLError as exc:
@@ -83,15 +83,15 @@ def load_file(path: Path) -> Text:
     try:
         model = _schema().model_validate(data)
     except ValidationError as exc:
-        lines = _line_map(yaml.compose(text, Loader=_Loader))
-        raise KBError([f"{path}:{_line_of(lines, tuple(e['loc']))}: {'.'.join(map(str, e['loc']))}: {e['msg']}"
+        lines = line_map(yaml.compose(text, Loader=Loader))
+        raise KBError([f"{path}:{line_of(lines, tuple(e['loc']))}: {'.'.join(map(str, e['loc']))}: {e['msg']}"
                        for e in exc.errors()]) from None
     return Text.from_dict({**model.model_dump(), "file": str(path)})
 
 
 def load_dir(folder: Path) -> tuple[dict[str, Text], list[str]]:
     """The sidecars of a KB folder, by file name (1012-triton-shared-memory.yaml)."""
-    from errmap.kb.load import KBError
+    from errmap.kb.files import KBError
 
     texts: dict[str, Text] = {}
     problems: list[str] = []

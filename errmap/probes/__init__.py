@@ -54,10 +54,3 @@ PROBES: dict[str, str] = {
     "run.config": "training settings given after `errmap doctor --` or found in the log",
 }
 
-
-def registry():
-    """Every probe function, by name (imports the probe modules; they import nothing heavy)."""
-    from errmap.probes import config, files, gpu, host, versions  # noqa: F401  (registers)
-    from errmap.probes.base import REGISTRY
-
-    return REGISTRY

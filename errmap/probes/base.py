@@ -8,8 +8,6 @@ says why it could not tell ("torch not installed", "no NVIDIA driver", "file not
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,47 +131,3 @@ class Via(tuple):
 
 def via(value: Any, how: str) -> Via:
     return Via((value, how))
-
-
-def run(name: str, ctx: Context | None = None, timeout: float | None = None) -> Fact:
-    """Run one probe with its timeout; never raises."""
-    from errmap.probes import registry
-
-    ctx = ctx or Context()
-    p = registry().get(name)
-    if p is None:
-        return Fact(name, known=False, reason="no such probe")
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = p.fn(ctx)
-        except Unknown as exc:
-            box["unknown"] = str(exc)
-        except Exception as exc:  # a probe must not take the report down with it
-            box["unknown"] = f"probe failed: {type(exc).__name__}: {exc}"[:300]
-
-    t0 = time.monotonic()
-    th = threading.Thread(target=target, name=f"probe {name}", daemon=True)
-    th.start()
-    th.join(timeout or p.timeout)
-    took = round(time.monotonic() - t0, 3)
-    if th.is_alive():
-        return Fact(name, known=False, reason=f"timed out after {timeout or p.timeout:g}s", seconds=took)
-    if "unknown" in box:
-        return Fact(name, known=False, reason=box["unknown"], seconds=took)
-    value, how = box.get("value"), None
-    if isinstance(value, Via):
-        value, how = value
-    return Fact(name, value, via=how, seconds=took)
-
-
-def run_many(names: list[str], ctx: Context | None = None) -> dict[str, Fact]:
-    """Run several probes (each once per context), in order, with their own timeouts."""
-    ctx = ctx or Context()
-    out: dict[str, Fact] = {}
-    for name in names:
-        if name not in ctx.cache:
-            ctx.cache[name] = run(name, ctx)
-        out[name] = ctx.cache[name]
-    return out

@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from errmap.kb.load import Check, Entry
-from errmap.probes import registry
-from errmap.probes.base import Context, Fact, run, short
+from errmap.kb.compare import compare, contains, empty, pick
+from errmap.kb.model import Check, Entry
+from errmap.probes.base import Context, Fact, short
+from errmap.probes.running import registry, run
 
-_VERSION = re.compile(r"\d+(\.\d+)*")
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGTP]?i?B)\s*", re.I)
 _UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50}
@@ -82,82 +82,7 @@ class Prober:
         return decide(entry, captures, facts)
 
 
-# ---------------------------------------------------------------- comparing
-
-
-def _pick(value: Any, key: str | None) -> Any:
-    """value[key], also inside each element of a list of mappings."""
-    if key is None:
-        return value
-    if isinstance(value, dict):
-        return value.get(key)
-    if isinstance(value, list):
-        return [v.get(key) if isinstance(v, dict) else None for v in value]
-    return None
-
-
-def _as_number(x: Any) -> float | None:
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    if isinstance(x, str):
-        try:
-            return float(x.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def _as_version(x: Any) -> tuple[int, ...] | None:
-    if isinstance(x, str) and _VERSION.fullmatch(x.strip()):
-        return tuple(int(p) for p in x.strip().split("."))
-    return None
-
-
-def _as_bool(x: Any) -> bool | None:
-    if isinstance(x, bool):
-        return x
-    if isinstance(x, str) and x.strip().lower() in ("true", "false"):
-        return x.strip().lower() == "true"
-    return None
-
-
-def _cmp(a: Any, op: str, b: Any) -> bool | None:
-    """a op b for one scalar; None when they cannot be compared."""
-    if a is None or b is None:
-        return None
-    if op in ("==", "!=") and (_as_bool(a) is not None or _as_bool(b) is not None):
-        ba, bb = _as_bool(a), _as_bool(b)
-        if ba is None or bb is None:
-            return None
-        return (ba == bb) == (op == "==")
-    va, vb = _as_version(a), _as_version(b)
-    if va is not None and vb is not None and isinstance(a, str) and isinstance(b, str):
-        n = max(len(va), len(vb))
-        x, y = va + (0,) * (n - len(va)), vb + (0,) * (n - len(vb))
-    else:
-        x, y = _as_number(a), _as_number(b)
-        if x is None or y is None:
-            if op in ("==", "!="):
-                return (str(a) == str(b)) == (op == "==")
-            return None
-    return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y, "==": x == y, "!=": x != y}[op]
-
-
-def _holds(a: Any, b: Any) -> bool:
-    """Whether collection/text a has b (a list item, a mapping key, a substring)."""
-    if isinstance(a, dict):
-        return b in a
-    if isinstance(a, (list, tuple, set)):
-        return b in a or str(b) in [str(x) for x in a]
-    if isinstance(a, str):
-        return str(b) in a
-    return False
-
-
-def _empty(a: Any) -> bool:
-    return a is None or a is False or a == 0 and not isinstance(a, bool) or (hasattr(a, "__len__") and len(a) == 0)
+# ---------------------------------------------------------------- rules
 
 
 def fires(check: Check, value: Any, target: Any, has_target: bool) -> bool | None:
@@ -167,17 +92,17 @@ def fires(check: Check, value: Any, target: Any, has_target: bool) -> bool | Non
         if has_target:
             if value is None:
                 return None
-            held = _holds(value, target)
+            held = contains(value, target)
             return held if op in ("present", "contains") else not held
         if op == "contains":
             return None
-        return _empty(value) if op == "missing" else not _empty(value)
+        return empty(value) if op == "missing" else not empty(value)
     if isinstance(value, list):
-        results = [_cmp(v, op, target) for v in value]
+        results = [compare(v, op, target) for v in value]
         if not results or any(r is None for r in results):
             return None
         return any(results) if check.verdict == "confirmed" else all(results)
-    return _cmp(value, op, target)
+    return compare(value, op, target)
 
 
 def _describe(check: Check, value: Any, target_text: str | None) -> str:
@@ -200,7 +125,7 @@ def decide(entry: Entry, captures: dict[str, str], facts: dict[str, Fact]) -> Ve
             if note not in unknown:
                 unknown.append(note)
             continue
-        value = _pick(fact.value, check.field)
+        value = pick(fact.value, check.field)
         has_target, target, target_text = False, None, None
         if check.capture:
             if not captures.get(check.capture):
@@ -214,7 +139,7 @@ def decide(entry: Entry, captures: dict[str, str], facts: dict[str, Fact]) -> Ve
                 if note not in unknown:
                     unknown.append(note)
                 continue
-            has_target, target = True, _pick(other.value, check.against_field)
+            has_target, target = True, pick(other.value, check.against_field)
             target_text = f"{check.against}{'.' + check.against_field if check.against_field else ''} {short(target, 60)}"
         elif check.value is not None:
             has_target, target, target_text = True, check.value, short(check.value)

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import regex
 
+from errmap.scan.events import Unrecognized
+from errmap.scan.lines import Line
+
 # The literals that select the lines the shapes below may match (stage one).
 GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Python error", "core dumped",
                     "Segmentation fault", "Bus error", "Illegal instruction", "Received signal", ") received by PID",
@@ -86,3 +89,23 @@ def loud(raw: str, level: str | None) -> str | None:
     if level in LOUD_LEVELS:
         return None if level in ("ERROR", "FATAL") and _PYTHON_GLOG.search(raw) else level
     return "ERROR" if "[" in raw and _CPP_GLOG.search(raw) else None
+
+
+def unknown(line: Line, generic: bool = True) -> list[Unrecognized]:
+    """A failure line no anchor explains, by its shape (failures.py): strong, else weak; none if it has no such shape."""
+    g = None
+    if generic:
+        g = GENERIC.match(line.text)
+        if g is None and " error: " in line.text:
+            g = GPU_ERROR.search(line.text)
+        if g is None and not line.text.isascii():  # an exception named inside a sentence of another language
+            g = QUOTED.search(line.text)
+    if g is not None:
+        message = (g["message"] or "").strip()
+        caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."
+        return [Unrecognized(line, g["type"], message, g["inner"] or (caught and caught[1]))]
+    if any(lit in line.text for lit in WEAK_LITERALS) and (w := WEAK.search(line.text)) is not None:  # at any level
+        return [Unrecognized(line, w["type"], w["message"].strip(), weak=True)]
+    if (level := loud(line.raw, line.level)) and line.text.strip():
+        return [Unrecognized(line, level, line.text.strip(), weak=True)]
+    return []

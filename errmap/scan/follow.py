@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 from errmap.report.i18n import _
 from errmap.scan.matcher import Matcher
+from errmap.scan.scanner import Scanner
 from errmap.scan.parallel import OnNew, feed, scan_source
 from errmap.scan.source import CHUNK, InputError, Recoder, Source
 from errmap.scan.triage import Triage
@@ -276,7 +277,7 @@ class _Scan:
         self._start()
 
     def _start(self) -> None:
-        self.scanner, self.recoder, self.last = self.matcher.scanner(self.path), Recoder(), b""
+        self.scanner, self.recoder, self.last = Scanner(self.matcher, self.path), Recoder(), b""
 
     def feed(self, data: bytes, triage: Triage, on_new: OnNew) -> None:
         self.last = data[-1:]

@@ -14,7 +14,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from errmap.scan.matcher import FRAME_WINDOW, INHERITED, Event, Match, Matcher, Scanner, Unrecognized
+from errmap.scan.matcher import FRAME_WINDOW, Matcher
+from errmap.scan.scanner import INHERITED, Scanner
+from errmap.scan.events import Event, Match, Unrecognized
 from errmap.report.contract import Report
 from errmap.scan.source import CHUNK, DOCKER_JSON, InputError, Source
 from errmap.scan.triage import MAX_RESIDUE, Again, Incident, Residue, Triage, kept, clip, digest, residue_key
@@ -39,7 +41,7 @@ def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew 
                 echo: Callable[[bytes], None] | None = None) -> None:
     """Stream one source into the triage (passing each chunk to `echo` first); record an input error on the
     source instead of raising. Interrupted, it still reads the unfinished last line and counts the lines."""
-    scanner: Scanner = matcher.scanner(source.path)
+    scanner = Scanner(matcher, source.path)
     last, unread = b"\n", None
     events: Iterator[Event] = iter(())
     try:
@@ -64,7 +66,7 @@ def scan_source(matcher: Matcher, source: Source, triage: Triage, on_new: OnNew 
 
 def _events(matcher: Matcher, source: Source) -> Iterator[Event]:
     """One source's events as they are found (a worker collects them)."""
-    scanner: Scanner = matcher.scanner(source.path)
+    scanner = Scanner(matcher, source.path)
     last = b"\n"
     try:
         for chunk in source.chunks():
@@ -204,7 +206,7 @@ def _range(task: tuple[str, int, int, int, bool]) -> _Part:
     block the scanner sees ends where a serial scan's does."""
     assert _matcher is not None
     path, lead, start, end, last = task
-    scanner = _matcher.scanner(path)
+    scanner = Scanner(_matcher, path)
     scanner._open = INHERITED
     buf = bytearray(CHUNK)
     view = memoryview(buf)
@@ -316,7 +318,7 @@ def _scan_parallel(matcher: Matcher, sources: list[Source], sizes: list[int | No
 def _merge(matcher: Matcher, source: Source, parts: Iterable[_Part]) -> Iterator[Event]:
     """The events of a file's ranges in order, then what a serial scan's end of input adds."""
     offset = 0
-    scanner = matcher.scanner(source.path)
+    scanner = Scanner(matcher, source.path)
     for part in parts:
         yield from _unpack(matcher, part.events, offset)
         if not part.inherited:

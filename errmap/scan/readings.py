@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import regex
 
-from errmap.kb.load import USER_RANGE, Anchor, Entry
+from errmap.kb.model import USER_RANGE, Anchor, Entry
 from errmap.scan.lines import Line
 
 # A line cut by a paste ends inside a word or after a comma or blank; one that ends with a closing mark is whole.

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 
 import regex
 
-from errmap.kb.load import Entry
+from errmap.kb.model import Entry
 from errmap.scan.lines import Line
-from errmap.scan.matcher import Event, GpuNamed, Match, Named, Release, Unrecognized
+from errmap.scan.events import Event, GpuNamed, Match, Named, Release, Unrecognized
 from errmap.scan.runs import ray_own
 
 MAX_EVIDENCE = 5
