@@ -25,7 +25,7 @@ from errmap.scan.lines import Line
 _CUT_END = regex.compile(r"[\w,;:\- ]$")
 
 
-def _agrees(anchor: Anchor, line: Line, m: regex.Match[str], frames: Iterable[tuple[int, str]], window: int) -> bool:
+def _agrees(anchor: Anchor, line: Line, frames: list[tuple[int, str]], window: int) -> bool:
     """The anchor's guard does not find the line, and its frame rule (if any) finds a frame of the failure."""
     if anchor.guard is not None and anchor.guard.search(line.text):
         return False
@@ -45,7 +45,7 @@ def cut(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable[tu
         m = anchor.compiled.search(text, partial=True)
         if m is None or not m.partial or not any(lit in m[0] for lit in anchor.literals):
             continue
-        if _agrees(anchor, line, m, list(frames), window):
+        if _agrees(anchor, line, list(frames), window):
             seen.add(entry.errno)
             out.append((entry, anchor, {k: v for k, v in m.groupdict().items() if v}))
     return out
@@ -62,7 +62,7 @@ def folded(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable
         if entry.errno in seen or entry.errno in USER_RANGE or not any(lit.lower() in lower for lit in anchor.literals):
             continue
         m = anchor.folded.search(line.text)
-        if m is not None and _agrees(anchor, line, m, list(frames), window):
+        if m is not None and _agrees(anchor, line, list(frames), window):
             seen.add(entry.errno)
             out.append((entry, anchor, {k: v for k, v in m.groupdict().items() if v is not None}))
     return out
