@@ -175,10 +175,29 @@ def test_an_unknown_stack_is_named_with_its_line(tmp_path):
     assert f"{path}:13: fix.1.stack.0: Input should be 'verl'" in str(err.value), err.value
 
 
-def test_every_stack_has_a_name():
+def test_every_stack_has_its_names_and_builds_on_known_stacks():
+    from errmap.kb import stacks
+
+    for s in stacks.STACKS:
+        assert s.name.keys() == {"en", "zh"} and all(s.name.values()), s
+        assert set(s.builds_on) <= set(stacks.ORDER), s
+    assert {h.means for h in stacks.HINTS} <= set(stacks.ORDER)
+    assert len(set(stacks.ORDER)) == len(stacks.ORDER)
+
+
+def test_the_runtime_types_have_the_fields_of_the_schema():
+    """kb/model.py's dataclasses (a warm cache builds them without pydantic) and kb/schema.py's models (a cold
+    load validates with them) define the same things twice: their fields must stay the same."""
+    import dataclasses
+
     from errmap.kb import schema
 
-    assert set(schema.Stack.__args__) == set(kbmodel.STACKS)
+    pairs = [(name, cls) for name, cls in vars(kbmodel).items()
+             if dataclasses.is_dataclass(cls) and isinstance(getattr(schema, name, None), type)
+             and issubclass(getattr(schema, name), schema.BaseModel)]
+    assert {name for name, _ in pairs} >= {"Anchor", "Step", "Link", "Check", "Condition", "Prediction", "ExitCause", "Entry"}
+    for name, cls in pairs:
+        assert {f.name for f in dataclasses.fields(cls)} == set(getattr(schema, name).model_fields), name
 
 
 def test_every_capture_is_shown_or_declared_unshown(kb):

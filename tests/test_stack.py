@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from conftest import ROOT, errmap, scan_json
 
@@ -163,3 +166,35 @@ def test_one_run_flag_joins_files_given_one_by_one():
     proc = errmap("scan", "--one-run", "--format", "json", str(b), str(a))
     out = json.loads(proc.stdout)
     assert [(d["errno"], d["caused_by"]) for d in out["diagnoses"]] == [(1009, None), (1047, 1009)]
+
+
+def test_a_stack_added_in_the_kb_alone_is_detected(tmp_path):
+    """A new stack is one entry in kb/stacks.yaml: a copy of errmap whose KB names Megatron (its frame package
+    `megatron`, building on PyTorch) tells a Megatron run by its traceback's frames."""
+    import shutil
+
+    shutil.copytree(ROOT / "errmap", tmp_path / "errmap", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "kb", tmp_path / "kb")
+    stacks = tmp_path / "kb" / "stacks.yaml"
+    stacks.write_text(stacks.read_text().replace("stacks:\n", (
+        "stacks:\n"
+        "  - key: megatron\n"
+        "    name: {en: Megatron-LM, zh: Megatron-LM}\n"
+        "    builds_on: [pytorch]\n"
+        "    frames: [megatron]\n"
+        "    pip: [megatron-core]\n"), 1))
+    log = tmp_path / "train.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/Megatron-LM/pretrain_gpt.py", line 300, in <module>\n'
+        "    pretrain(train_valid_test_datasets_provider, model_provider)\n"
+        '  File "/workspace/Megatron-LM/megatron/training/training.py", line 1200, in train_step\n'
+        "    losses_reduced = forward_backward_func(\n"
+        '  File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 1736, in _call_impl\n'
+        "    return forward_call(*args, **kwargs)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB "
+        "of which 1.06 GiB is free.\n")
+    proc = subprocess.run([sys.executable, "-m", "errmap", "scan", "--format", "json", str(log)], capture_output=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path), "ERRMAP_CACHE_DIR": str(tmp_path / "cache")})
+    assert {d["framework"] for d in json.loads(proc.stdout)["diagnoses"]} == {"megatron"}, proc.stderr.decode()
+    assert {d["framework"] for d in scan_json(log)["diagnoses"]} == {"pytorch"}  # the shipped KB knows no Megatron

@@ -6,10 +6,10 @@ import os
 import time
 from pathlib import Path
 
-from errmap.kb import load as kbmod
 from errmap.kb import files as kbfiles
-from errmap.kb import model as kbmodel
 from errmap.kb import gpus, predict, translations
+from errmap.kb import load as kbmod
+from errmap.kb import model as kbmodel
 
 GLOSSARY = "glossary.yaml"  # kb/glossary.yaml: the standard Chinese terms
 
@@ -104,7 +104,7 @@ def check(user_dirs: list[Path]) -> list[str]:
 
 
 def gpu_table_problems(path: Path) -> list[str]:
-    """kb/gpus.yaml against errmap.schema.GpuTable, each problem as file:line."""
+    """kb/gpus.yaml against errmap.kb.schema.GpuTable, each problem as file:line."""
     from pydantic import ValidationError
 
     from errmap.kb.schema import GpuTable

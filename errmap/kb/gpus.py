@@ -108,7 +108,7 @@ def table_path() -> Path:
 
 @cache
 def table() -> Table:
-    """kb/gpus.yaml as `errmap kb check` validated it (errmap.schema.GpuTable); empty when it cannot be read."""
+    """kb/gpus.yaml as `errmap kb check` validated it (errmap.kb.schema.GpuTable); empty when it cannot be read."""
     import yaml
 
     from errmap.kb.files import Loader  # libyaml where the wheel has it: the table is read at the first GPU a scan meets
@@ -260,7 +260,8 @@ def from_log(incidents: list, named: list[tuple[str, int, str]]) -> GPU | None:
     if gpu is None and named:
         path, lineno, name = named[0]
         gpu = GPU(name, "log", line=(path, lineno))
-    seen = next((inc.captures["capacity"] for inc in incidents if inc.entry.errno == 1017 and inc.captures.get("capacity")), None)
+    # the card's total memory, where an OOM message named it (the `capacity` capture of its anchors)
+    seen = next((inc.captures["capacity"] for inc in incidents if inc.captures.get("capacity")), None)
     if gpu is not None and seen:
         gpu.memory_seen = seen if not seen.isdigit() else f"{int(seen) / (1 << 30):.2f} GiB"
     return gpu

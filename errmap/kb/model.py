@@ -9,6 +9,8 @@ from typing import Any
 
 import regex
 
+from errmap.kb.stacks import NAMES
+
 
 OFFICIAL_RANGE = range(1001, 1049)
 
@@ -85,19 +87,6 @@ class Anchor:
 
 
 
-# The stacks a fix step or link can be for, as schema.Stack lists them, with the names shown to users.
-STACKS = {
-    "verl": "verl",
-    "trl": "TRL",
-    "openrlhf": "OpenRLHF",
-    "llamafactory": "LLaMA-Factory",
-    "deepspeed": "DeepSpeed / accelerate",
-    "serving": "vLLM / SGLang serving",
-    "pytorch": "PyTorch / HF Trainer",
-}
-
-
-
 def _stacks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
@@ -106,7 +95,7 @@ def _stacks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Step:
     """One fix step; `stack` names the stacks it is for, empty when it is general; `gpu` the conditions
-    on the run's GPU (errmap.gpus.shown), empty for any GPU."""
+    on the run's GPU (errmap.kb.gpus.shown), empty for any GPU."""
 
     text: str
     stack: tuple[str, ...] = ()
@@ -208,7 +197,7 @@ class ExitCause:
 
 @dataclass(frozen=True)
 class Entry:
-    """A validated KB entry (see errmap/schema.py for the rules each field obeys)."""
+    """A validated KB entry (see errmap/kb/schema.py for the rules each field obeys)."""
 
     errno: int
     slug: str
@@ -248,7 +237,7 @@ class Entry:
         """The fix steps, numbered as in the KB, grouped: the general ones first, then each stack's."""
         groups: dict[str | None, list[tuple[int, Step]]] = {}
         for i, step in enumerate(self.fix, 1):
-            groups.setdefault(", ".join(STACKS[s] for s in step.stack) or None, []).append((i, step))
+            groups.setdefault(", ".join(NAMES[s] for s in step.stack) or None, []).append((i, step))
         return sorted(groups.items(), key=lambda g: g[0] is not None)
 
     @property

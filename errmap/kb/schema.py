@@ -1,7 +1,7 @@
 """The schema of a KB entry: pydantic models that validate each YAML file.
 
 Used only when an entry is read from YAML (a cold cache, `errmap kb check`, the docs build); a run
-with a warm cache never imports pydantic. `errmap.kb` holds the plain runtime types.
+with a warm cache never imports pydantic. `errmap.kb.model` holds the plain runtime types.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from functools import cached_property
 from typing import Annotated, Literal
 
 import regex
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from errmap.kb.stacks import ORDER
 
 PLACEHOLDER = regex.compile(r"\{(\w+)\}")
 
@@ -89,11 +92,18 @@ class Anchor(BaseModel):
         return set(self.compiled.groupindex)
 
 
-# The software stacks a fix step or link can be for (errmap.kb.STACKS names them); none means general.
-Stack = Literal["verl", "trl", "openrlhf", "llamafactory", "deepspeed", "serving", "pytorch"]
+def _known_stack(value: str) -> str:
+    if value not in ORDER:
+        expected = ", ".join(map(repr, ORDER[:-1])) + f" or {ORDER[-1]!r}"
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+    return value
 
 
-# What a fix step can ask of the run's GPU (errmap.gpus.CONDITIONS), as kb/gpus.yaml tells it; "not X" negates.
+# The software stacks a fix step or link can be for: the keys of kb/stacks.yaml; none means general.
+Stack = Annotated[str, AfterValidator(_known_stack)]
+
+
+# What a fix step can ask of the run's GPU (errmap.kb.gpus.CONDITIONS), as kb/gpus.yaml tells it; "not X" negates.
 GpuCondition = Literal["no-bf16", "slow-fp16", "no-flash-attention-2", "no-vllm-wheels",
                        "not no-bf16", "not slow-fp16", "not no-flash-attention-2", "not no-vllm-wheels"]
 
@@ -364,7 +374,7 @@ class Entry(BaseModel):
     key: list[str] = Field(default_factory=list, description="captures that tell two incidents apart")
     cause: str = Field(min_length=10)
     fix: list[Step] = Field(min_length=1)
-    links: list[Link] = Field(default_factory=list, description="required for 1001-1048 (errmap.kb), optional for your own")
+    links: list[Link] = Field(default_factory=list, description="required for 1001-1048 (errmap.kb.model.OFFICIAL_RANGE), optional for your own")
     probes: list[str] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
     predicts: list[Prediction] = Field(default_factory=list, description="what errmap doctor checks before a run")

@@ -1,31 +1,66 @@
-"""Which software wrote a log: the stack named by its traceback frames' package paths, verl's config
-keys and vLLM's start-up banner. A log names several (verl runs vLLM and torch): the trainer wins,
-then its launcher, then the serving engine, then PyTorch itself."""
+"""Which software wrote a log: the stack named by its traceback frames' package paths, its config keys and its
+start-up banners. The stacks are KB data (kb/stacks.yaml: their names, precedence, what they build on, frame
+packages, banner literals, distributions); this module reads that file once and answers from it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeVar
 
 import regex
 
+from errmap.kb.files import KBError, official_dir, parse, read
+
 T = TypeVar("T")
 
-# In order of precedence; the names are errmap.kb.STACKS's keys.
-ORDER = ("verl", "openrlhf", "llamafactory", "trl", "deepspeed", "serving", "pytorch")
-# Stacks built on another whose steps also hold for them (TRL and LLaMA-Factory train with HF's Trainer).
-ALSO = {"trl": ("pytorch",), "llamafactory": ("pytorch",), "deepspeed": ("pytorch",)}
-# A frame's path: a package directory (or HF's Trainer module) -> its stack. `accelerate` and `trainer` (HF's
-# Trainer) are resolved by framework(): HF's Trainer runs every step through accelerate.
+
+@dataclass(frozen=True)
+class Stack:
+    key: str
+    name: dict[str, str]  # language -> the name shown
+    builds_on: tuple[str, ...] = ()
+    frames: tuple[str, ...] = ()  # regex parts of a frame's package folder
+    literals: tuple[str, ...] = ()
+    pip: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A frame package that names a stack only by what else a log names (HF's Trainer, accelerate)."""
+    key: str
+    frames: tuple[str, ...]
+    means: str
+    unless: str | None = None
+
+
+def _load() -> tuple[list[Stack], list[Hint]]:
+    path = official_dir() / "stacks.yaml"
+    doc = parse(path, read(path))
+    try:
+        stacks = [Stack(s["key"], dict(s["name"]), tuple(s.get("builds_on", ())), tuple(s.get("frames", ())),
+                        tuple(s.get("literals", ())), tuple(s.get("pip", ()))) for s in doc["stacks"]]
+        hints = [Hint(h["key"], tuple(h["frames"]), h["means"], h.get("unless")) for h in doc.get("hints") or ()]
+    except (KeyError, TypeError) as exc:
+        raise KBError([f"{path}:1: not a list of stacks as its header describes: {exc!r}"]) from None
+    return stacks, hints
+
+
+STACKS, HINTS = _load()
+# In order of precedence: the keys a KB step or link may name.
+ORDER = tuple(s.key for s in STACKS)
+# The names shown to people, by key.
+NAMES = {s.key: s.name["en"] for s in STACKS}
+# Stacks built on another whose steps also hold for them.
+ALSO = {s.key: s.builds_on for s in STACKS if s.builds_on}
+# A frame's path: a package directory (or HF's Trainer module) -> its stack or hint, resolved by framework().
 FRAME_PACKAGE = regex.compile(
-    r"[/\\](?:(?P<verl>verl)|(?P<openrlhf>openrlhf)|(?P<llamafactory>llamafactory)|(?P<trl>trl)|(?P<deepspeed>deepspeed)"
-    r"|(?P<accelerate>accelerate)|(?P<serving>vllm|sglang)|(?P<trainer>transformers[/\\]trainer\.py)|(?P<pytorch>torch))(?=[/\\]|$)"
+    r"[/\\](?:" + "|".join(f"(?P<{x.key}>{'|'.join(x.frames)})" for x in [*STACKS, *HINTS] if x.frames) + r")(?=[/\\]|$)"
 )
 INSTALLED = regex.compile(r"(?=[/\\](?:site|dist)-packages[/\\])")
-# Lines outside tracebacks that name the stack: verl's config keys (its config dump and Hydra overrides),
-# vLLM's server banner ("vLLM API server version 0.10.2", vllm/entrypoints/openai/api_server.py).
-LITERALS = {b"actor_rollout_ref.": "verl", b"vLLM API server version": "serving"}
+# Lines outside tracebacks that name the stack.
+LITERALS = {lit.encode(): s.key for s in STACKS for lit in s.literals}
 
 
 @lru_cache(maxsize=4096)  # a traceback's paths recur in every traceback through them
@@ -38,13 +73,10 @@ def in_frame(path: str) -> str | None:
 
 
 def framework(stacks: set[str] | dict[str, object]) -> str | None:
-    """The one stack that wrote a run's logs, from all it named: accelerate frames under HF's Trainer are the
-    Trainer's (a PyTorch / HF Trainer run), accelerate alone is an accelerate run."""
+    """The one stack that wrote a run's logs, from all it named, its hints resolved (kb/stacks.yaml's `hints`:
+    accelerate frames under HF's Trainer are the Trainer's, accelerate alone is an accelerate run)."""
     named = set(stacks)
-    if "accelerate" in named:
-        named.add("pytorch" if "trainer" in named else "deepspeed")
-    if "trainer" in named:
-        named.add("pytorch")
+    named |= {h.means for h in HINTS if h.key in named and h.unless not in named}
     return next((s for s in ORDER if s in named), None)
 
 

@@ -1,6 +1,6 @@
 """Versions: which releases of the run's software a log names, and whether a fix step or a fix release holds for them.
 
-The scanner (matcher.py) reads the lines holding one of LITERALS (start-up banners, pip's output, environment
+The scanner (errmap/scan/scanner.py) reads the lines holding one of LITERALS (start-up banners, pip's output, environment
 reports people paste) and the package folders of traceback frames; `errmap scan --probe` reads the installed
 packages instead (probes/versions.py). A fix step names the releases it holds for (`versions:` in the KB, a
 specifier per package such as "<0.6" or ">=0.3,<0.6"); a fix link names the first release that ships it

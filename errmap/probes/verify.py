@@ -218,7 +218,7 @@ def prober_for(settings: dict[str, str], data: str | None, model: str | None) ->
 
 
 def probed_gpu(prober: Prober):
-    """This machine's GPU from the gpu.names and gpu.capability probes (errmap.gpus.GPU), or None."""
+    """This machine's GPU from the gpu.names and gpu.capability probes (errmap.kb.gpus.GPU), or None."""
     from errmap.kb.gpus import from_probe
 
     ctx = prober.context({})

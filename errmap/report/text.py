@@ -12,7 +12,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape as _markup
 
-from errmap.kb.model import STACKS
+from errmap.kb.stacks import NAMES
 from errmap.report.contract import Report, evidence_json, link_state
 from errmap.report.i18n import _, ngettext, pad
 from errmap.report.layout import block, row
@@ -192,7 +192,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
     runs = list(dict.fromkeys(inc.run for inc, _ in tops))
-    stack = STACKS[fw] + _("; ") if len(runs) < 2 and (fw := report.framework()) else ""
+    stack = NAMES[fw] + _("; ") if len(runs) < 2 and (fw := report.framework()) else ""
     stack += escape(g.describe()) + _("; ") if len(runs) < 2 and (g := report.gpu()) else ""
     if tops:
         heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
@@ -211,7 +211,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         if len(runs) > 1 and opens:
             files = [s.path for s in report.sources if s.run == inc.run]
             more_files = ngettext("and {n} more file", "and {n} more files", len(files) - 1).format(n=len(files) - 1)
-            what = _(", ").join(x for x in (STACKS.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
+            what = _(", ").join(x for x in (NAMES.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
                                             more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
             block(con, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]")

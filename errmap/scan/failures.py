@@ -1,6 +1,6 @@
 """Failure shapes: what a failure line looks like when no KB entry knows its message.
 
-The matcher (matcher.py) reads these only on lines that stage one selected by their literals, so they stay off the
+The scanner (scanner.py) reads these only on lines that stage one selected by their literals, so they stay off the
 hot path. A line of one of these shapes that no anchor explains is an unrecognized failure, so a failed run is never
 "No error found"; readings.py then tries the KB again on it (cut, case-folded, the words of a family).
 
