@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from errmap.commands import docs, search
+from errmap.commands import docs
+from errmap.commands import search as searchwords
 from errmap.commands.explain import print_entry
 from errmap.commands.sections import SECTIONS, find_example
 from errmap.report.contract import docs_url
@@ -68,32 +69,32 @@ def test_prose_keeps_code_spans_and_shows_placeholders(kb):
 
 
 def test_regex_phrases_are_the_printed_words():
-    assert search.regex_phrases(
+    assert searchwords.regex_phrases(
         r"out of resource: (?P<resource>shared memory|\w+),? ?Required: (?P<required>\d+),? ?Hardware limit: ?(?P<limit>\d+)"
     ) == ["out of resource:", "shared memory", "Required:", "Hardware limit:"]
-    assert search.regex_phrases(r"^(?:[\w.]+: )?Key '(?P<key>[^']+)' is not in struct") == ["Key '", "' is not in struct"]
-    assert search.regex_phrases(r"CUDA error: no kernel image is available\.? (?i)x{2,3}abcd") == [
+    assert searchwords.regex_phrases(r"^(?:[\w.]+: )?Key '(?P<key>[^']+)' is not in struct") == ["Key '", "' is not in struct"]
+    assert searchwords.regex_phrases(r"CUDA error: no kernel image is available\.? (?i)x{2,3}abcd") == [
         "CUDA error: no kernel image is available", "abcd"]
 
 
 def test_search_words_come_from_the_messages(kb):
-    words = search.search_words(kb.get(1012))
+    words = searchwords.search_words(kb.get(1012))
     assert {"hardware", "limit", "shared", "memory", "resource"} <= set(words)
-    assert all(w == w.lower() and not search.SEARCH_SEPARATOR.search(w) for w in words)
+    assert all(w == w.lower() and not searchwords.SEARCH_SEPARATOR.search(w) for w in words)
     # search matches typed words as prefixes: no tag begins another, or one word would count twice
     for e in kb:
-        tags = search.search_words(e)
+        tags = searchwords.search_words(e)
         assert not [(a, b) for a in tags for b in tags if a != b and b.startswith(a)], e.errno
-    assert "memoryerror" in search.search_words(kb.get(1021)) and "memory" not in search.search_words(kb.get(1021))
+    assert "memoryerror" in searchwords.search_words(kb.get(1021)) and "memory" not in searchwords.search_words(kb.get(1021))
 
 
 def test_search_words_hold_the_values_a_pattern_lists(kb):
-    assert search._values(r"^KeyError: '(?P<column>prompt|reward_model|data source)'$") == ["prompt", "reward_model", "data source"]
-    assert search._values(r"(?P<n>\d+|x)") == []  # a class is not a value
-    words = search.search_words(kb.get(1033))
+    assert searchwords._values(r"^KeyError: '(?P<column>prompt|reward_model|data source)'$") == ["prompt", "reward_model", "data source"]
+    assert searchwords._values(r"(?P<n>\d+|x)") == []  # a class is not a value
+    words = searchwords.search_words(kb.get(1033))
     assert "prompts" in words and "keyerror" in words  # `prompt` begins `prompts`: typed, it finds that one
-    plain = search.search_words(kb.get(1008))
-    assert "qqshard" not in plain and {"qqshard", "qqloader"} <= set(search.search_words(kb.get(1008), ("qqshard_qqloader",)))
+    plain = searchwords.search_words(kb.get(1008))
+    assert "qqshard" not in plain and {"qqshard", "qqloader"} <= set(searchwords.search_words(kb.get(1008), ("qqshard_qqloader",)))
 
 
 def test_search_separator_is_the_one_mkdocs_uses():
@@ -101,7 +102,7 @@ def test_search_separator_is_the_one_mkdocs_uses():
 
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     search = next(p["search"] for p in config["plugins"] if isinstance(p, dict) and "search" in p)
-    assert search["separator"] == search.SEARCH_SEPARATOR.pattern
+    assert search["separator"] == searchwords.SEARCH_SEPARATOR.pattern
 
 
 def test_page_front_matter_is_valid_yaml(kb, matcher):
@@ -111,7 +112,7 @@ def test_page_front_matter_is_valid_yaml(kb, matcher):
         page = docs.errno_page(e, kb, matcher, None)
         assert page.startswith("---\n")
         meta = yaml.safe_load(page.split("---\n")[1])
-        assert meta["tags"] == search.search_words(e, (), e.anchors[:1])  # the words of its first message
+        assert meta["tags"] == searchwords.search_words(e, (), e.anchors[:1])  # the words of its first message
 
 
 def test_each_message_is_a_heading_of_its_own(kb, matcher):
