@@ -29,8 +29,8 @@ import regex
 from errmap import failures, gpus, readings, versions
 from errmap import superset as superset_module
 from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex, write_cache
-from errmap.failures import (CAUGHT, GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, LOUD_LEVELS, QUOTED,
-                             RAISED, WEAK, WEAK_LITERALS, loud)
+from errmap.failures import (ASSERTION, CAUGHT, GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, LOUD_LEVELS,
+                             QUOTED, RAISED, UNGATED_LITERALS, WEAK, WEAK_LITERALS, loud)
 from errmap.lines import ANSI, PREFIX, Line, peel
 from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
 from errmap.superset import DIGITS, Unsupported, digit_blind, superset
@@ -61,16 +61,20 @@ CONTINUED, CONTINUED_MAX = 3, 2048
 PAD = 20
 PADDED = re.compile(f" {{{PAD},}}")  # a terminal's wrap turned into blanks when a screen is copied whole
 
-_GENERIC, _FRAME, _TRACEBACK, _GPU, _WEAK, _VERSION = -1, -2, -3, -4, -5, -6
+_GENERIC, _FRAME, _TRACEBACK, _GPU, _UNGATED, _VERSION = -1, -2, -3, -4, -5, -6
 _STACK = -7  # _STACK - k: the k-th of stack.LITERALS
 _STACKS = list(STACK_LITERALS.values())
 _GENERIC_ONLY = {_GENERIC}
 # "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
 _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
            *(lit.encode() for lit in GENERIC_LITERALS if lit not in ("Error", "Exception")))
-# One search for them all, or a bare type before trailing blanks (those bytes.rstrip takes) at a line's end; the
-# standard library's engine skips to the shapes' first bytes, twice as fast here as a test per shape.
-_SHAPED = re.compile(b"|".join(map(re.escape, _SHAPES)) + rb"|(?:Error|Exception)[ \t\x0b\x0c]*$", re.MULTILINE)
+# Two searches: the type followed by its punctuation or alone before trailing blanks (those bytes.rstrip takes) at a
+# line's end, then the other shapes; the standard library's engine skips to a pattern's first bytes, and one search
+# over them all would stop at every "e" of a line for "error:".
+_SHAPED = re.compile(rb"E(?:rror|xception)(?:[:(]|[ \t\x0b\x0c]*$)", re.MULTILINE)
+_SHAPED_REST = re.compile(b"|".join(re.escape(s) for s in _SHAPES if not s.startswith((b"Error", b"Exception"))))
+# The last byte of a line that a paste may have cut (readings.cut): a word's, a comma's or a blank's.
+_CUT_LIKE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_,;:- ") | frozenset(range(0x80, 0x100))
 
 
 def _telling(ids: set[int]) -> bool:
@@ -79,8 +83,15 @@ def _telling(ids: set[int]) -> bool:
 
 
 def _failure_shaped(raw: bytes) -> bool:
-    """A cheap necessary condition for GENERIC: a type followed by ':' or '(', or a bare type at the end."""
-    return _SHAPED.search(raw) is not None
+    """A cheap necessary condition for GENERIC: a type followed by ':' or '(', a bare type at the end, or another shape."""
+    return _SHAPED.search(raw) is not None or _SHAPED_REST.search(raw) is not None
+
+
+def _rereadable(raw: bytes, ids: set[int]) -> bool:
+    """Whether a line no anchor matched may be read again (readings.py): it may be cut inside an anchor's message
+    (an anchor's literal is here and it ends as a cut line does) or name an exception in a sentence of another
+    language (it is not ASCII), and it has a failure's shape."""
+    return (not raw.isascii() or max(ids) >= 0 and raw[-1:] and raw[-1] in _CUT_LIKE) and _failure_shaped(raw)
 
 
 def _joined(block: bytes | bytearray, spans: list[tuple[int, int]]) -> tuple[bytes, list[int]]:
@@ -183,8 +194,8 @@ class Matcher:
                 literals.setdefault(lit.encode(), set()).add(i)
         for lit in GENERIC_LITERALS:
             literals.setdefault(lit.encode(), set()).add(_GENERIC)
-        for lit in WEAK_LITERALS + LEVEL_LITERALS:
-            literals.setdefault(lit.encode(), set()).add(_WEAK)
+        for lit in UNGATED_LITERALS + LEVEL_LITERALS:
+            literals.setdefault(lit.encode(), set()).add(_UNGATED)
         literals.setdefault(FRAME_LITERAL, set()).add(_FRAME)
         literals.setdefault(TRACEBACK_LITERAL, set()).add(_TRACEBACK)
         for k, lit in enumerate(STACK_LITERALS):
@@ -319,7 +330,7 @@ class Matcher:
                 seen.add(entry.errno)
                 caps = {k: v for k, v in m.groupdict().items() if v is not None}
                 events.append(Match(entry, anchor, line, caps))
-        if not events and not known and (generic or _WEAK in candidates):
+        if not events and not known and (generic or _UNGATED in candidates):
             events += unknown(line, generic)
         return events
 
@@ -344,6 +355,8 @@ def unknown(line: Line, generic: bool = True) -> list[Unrecognized]:
             g = GPU_ERROR.search(line.text)
         if g is None and not line.text.isascii():  # an exception named inside a sentence of another language
             g = QUOTED.search(line.text)
+    if g is None and not line.quiet and "Assertion " in line.text:
+        g = ASSERTION.match(line.text)
     if g is not None:
         message = (g["message"] or "").strip()
         caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."
@@ -509,7 +522,7 @@ class Scanner:
             tried = narrowed.get(s, ids)
             # a failure-shaped line (each shape holds one of GENERIC's literals) that no anchor's superset nor GENERIC's
             # took: read again (cut, named inside a sentence)
-            reread = tried <= m.recorded and _GENERIC in ids and _failure_shaped(raws[s] if s in raws else _raw(block[s:e]))
+            reread = tried <= m.recorded and _GENERIC in ids and _rereadable(raws[s] if s in raws else _raw(block[s:e]), ids)
             if self._open is None and ids.isdisjoint(m.recorded) and tried <= m.recorded and not reread:
                 self._remember(keys.get(s))
                 continue  # nothing to record and no anchor left: not even its line number is needed
@@ -558,9 +571,15 @@ class Scanner:
                     and _GENERIC in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
                 found = self._continued(block, limit, e, line) or found
                 key = None  # the lines after it had a say
+            elif found and all(isinstance(f, Match) and f.entry.role == "consequence" for f in found):
+                # a consequence's words may open a root cause's message that the wrap cut ("scheduler died ... /
+                # (exit code: -9)"): the joined reading wins where it finds a root cause
+                joined = self._continued(block, limit, e, line)
+                if any(f.entry.role == "root" for f in joined):
+                    found, key = joined, None
             if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
                 found = self._unpadded(line) or found
-            if not found and _telling(ids) and (reread or _failure_shaped(raw)) \
+            if not found and _telling(ids) and (reread or _rereadable(raw, ids)) \
                     or len(found) == 1 and isinstance(found[0], Unrecognized):
                 found = self._reread(line, ids, found)
             if not found and closes and not line.quiet and not GENERIC.match(line.text) \
@@ -711,12 +730,18 @@ class Scanner:
         cut at the edge)."""
         return self._rematch(line, ((PADDED.sub(glue, line.text), ()) for glue in (" ", "")))
 
-    def _rematch(self, line: Line, readings: Iterable[tuple[str, tuple[int, ...]]]) -> list[Match]:
+    def _rematch(self, line: Line, texts: Iterable[tuple[str, tuple[int, ...]]]) -> list[Match]:
         """The anchors that match the first of these readings of a line's text (with the breaks where joined lines
-        begin) that any anchor matches."""
-        for text, breaks in readings:
-            ids = {i for pat, _ in self.matcher.prefilter.hits(text.encode()) for i in self.matcher.targets[pat] if i >= 0}
-            found = [e for e in self.matcher.match_line(replace(line, text=text), ids, self._frames, breaks) if isinstance(e, Match)]
+        begin) that any anchor matches, whole, cut at its end or retyped in one case (readings.py: a wrapped paste may
+        be cut or retyped too)."""
+        m = self.matcher
+        for text, breaks in texts:
+            ids = sorted({i for pat, _ in m.prefilter.hits(text.encode()) for i in m.targets[pat] if i >= 0})
+            read = replace(line, text=text)
+            found = [e for e in m.match_line(read, set(ids), self._frames, breaks) if isinstance(e, Match)]
+            found = found or [Match(entry, anchor, read, caps) for entry, anchor, caps in
+                              readings.cut([m.anchors[i] for i in ids if i not in m.off], read, self._frames, FRAME_WINDOW)
+                              or readings.folded(m.anchors, read, self._frames, FRAME_WINDOW)]
             if found:
                 return found
         return []
