@@ -77,11 +77,6 @@ _SHAPED_REST = re.compile(b"|".join(re.escape(s) for s in _SHAPES if not s.start
 _CUT_LIKE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_,;:- ") | frozenset(range(0x80, 0x100))
 
 
-def _telling(ids: set[int]) -> bool:
-    """Whether stage one found an anchor's literal or GENERIC's in a line (every other id is below _GENERIC)."""
-    return max(ids) >= _GENERIC
-
-
 def _failure_shaped(raw: bytes) -> bool:
     """A cheap necessary condition for GENERIC: a type followed by ':' or '(', a bare type at the end, or another shape."""
     return _SHAPED.search(raw) is not None or _SHAPED_REST.search(raw) is not None
@@ -522,8 +517,9 @@ class Scanner:
             tried = narrowed.get(s, ids)
             # a failure-shaped line (each shape holds one of GENERIC's literals) that no anchor's superset nor GENERIC's
             # took: read again (cut, named inside a sentence)
-            reread = tried <= m.recorded and _GENERIC in ids and _rereadable(raws[s] if s in raws else _raw(block[s:e]), ids)
-            if self._open is None and ids.isdisjoint(m.recorded) and tried <= m.recorded and not reread:
+            left = not tried <= m.recorded  # an anchor or GENERIC is left to try after the supersets
+            reread = not left and _GENERIC in ids and _rereadable(raws[s] if s in raws else _raw(block[s:e]), ids)
+            if self._open is None and not left and not reread and ids.isdisjoint(m.recorded):
                 self._remember(keys.get(s))
                 continue  # nothing to record and no anchor left: not even its line number is needed
             lineno += block.count(b"\n", pos, s)
@@ -561,12 +557,13 @@ class Scanner:
             key = None if closes or not ids.isdisjoint(m.recorded) or not tried.isdisjoint(m.contextual) else keys.get(s)
             if key is not None and self._recalled(key, ids) is not None:
                 continue  # this line again: it gave nothing
-            if tried <= m.recorded and not closes and not reread:
+            if not left and not closes and not reread:
                 self._remember(key)
                 continue  # no superset matched: no anchor can
             line = line or peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
             # GENERIC's superset reads a line's start: an exception named inside a sentence is read by match_line too
-            found = m.match_line(line, tried | (ids & _GENERIC_ONLY), self._frames)
+            found = m.match_line(line, tried if _GENERIC in tried or _GENERIC not in ids else tried | _GENERIC_ONLY,
+                                 self._frames)
             if len(found) == 1 and isinstance(found[0], Unrecognized) or not found and line.quiet and not line.quoted \
                     and _GENERIC in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
                 found = self._continued(block, limit, e, line) or found
@@ -579,7 +576,8 @@ class Scanner:
                     found, key = joined, None
             if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
                 found = self._unpadded(line) or found
-            if not found and _telling(ids) and (reread or _rereadable(raw, ids)) \
+            # (ids above _GENERIC are the anchors'; below it, what only records)
+            if not found and (reread or max(ids) >= _GENERIC and _rereadable(raw, ids)) \
                     or len(found) == 1 and isinstance(found[0], Unrecognized):
                 found = self._reread(line, ids, found)
             if not found and closes and not line.quiet and not GENERIC.match(line.text) \
