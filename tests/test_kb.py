@@ -114,11 +114,11 @@ def test_prefilter_literals_are_rare_in_healthy_logs(matcher):
     """Stage two runs only on lines holding a literal; a literal every healthy step line holds
     (a metric name, an INFO banner) would make every scan slow. Generic failure words excluded, and the
     stack's names (a set lookup per line, no decoding, no pattern)."""
-    from errmap.scan.failures import GENERIC_LITERALS, LEVEL_LITERALS, WEAK_LITERALS
-    from errmap.scan.matcher import FRAME_LITERAL, TRACEBACK_LITERAL
     from errmap.kb.stacks import LITERALS
+    from errmap.scan.failures import GENERIC_LITERALS, LEVEL_LITERALS, UNGATED_LITERALS
+    from errmap.scan.matcher import FRAME_LITERAL, TRACEBACK_LITERAL
 
-    shapes = GENERIC_LITERALS + WEAK_LITERALS + LEVEL_LITERALS  # the failure shapes' words (failures.py)
+    shapes = GENERIC_LITERALS + UNGATED_LITERALS + LEVEL_LITERALS  # the failure shapes' words (failures.py)
     generic = {lit.encode() for lit in shapes} | {FRAME_LITERAL, TRACEBACK_LITERAL, *LITERALS}
     lines = candidates = 0
     for log in CLEAN_LOGS:

@@ -29,7 +29,7 @@ def wrapped_cases(matcher: Matcher) -> list[tuple[int, str]]:
     cases = []
     for log in FIXTURES:
         for ev in scan(matcher, log.read_bytes()):
-            text = ev.line.text if isinstance(ev, Match) else ""
+            text = ev.line.text if isinstance(ev, Match) and ev.anchor is not None else ""  # by an anchor, not by hints
             # an exception line (a kernel's assertion, wrapped before its "Assertion", is no failure line until joined)
             if len(text) > 100 and (g := GENERIC.match(text)) and g["type"] != "Assertion" and "  " not in text:
                 cases.append((ev.entry.errno, text))

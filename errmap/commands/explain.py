@@ -84,9 +84,15 @@ def lookup(query: str, kb: KB, matcher) -> Found:
         return Found(e, "code")
     triage = Triage()
     feed(triage, scan_chunks(matcher, "<query>", [query.encode("utf-8", "replace") + b"\n"]))
-    found = list({inc.entry.errno: inc.entry for inc in triage.ranked()}.values())
+    ranked = triage.ranked()
+    found = list({inc.entry.errno: inc.entry for inc in ranked}.values())
     if found:
-        return Found(found[0], "message", tuple(found[1:]))
+        if ranked[0].words is not None:  # a likely match: the words of a family, unless the text starts a message
+            return Found(start, "start") if (start := start_of_message(query, kb)) is not None else \
+                Found(found[0], "words", tuple(found[1:]))
+        # a message no anchor matches whole was read cut short
+        whole = any(a.folded.search(line) for a in found[0].anchors for line in query.splitlines())
+        return Found(found[0], "message" if whole else "start", tuple(found[1:]))
     if (e := start_of_message(query, kb)) is not None:
         return Found(e, "start")
     token = query.strip().lower()

@@ -62,10 +62,8 @@ def regex_phrases(pattern: str) -> list[str]:
     return runs
 
 
-
 # The search plugin's separator (mkdocs.yml): queries are split into words by it, and so are these.
 SEARCH_SEPARATOR = re.compile(r"""[\s\u200b\-_,:!=\[\]()"`/']+|\.(?!\d)|&[lg]t;""")
-
 
 
 def search_words(e, seen: tuple[str, ...] = (), anchors=None) -> list[str]:
@@ -88,19 +86,15 @@ def search_words(e, seen: tuple[str, ...] = (), anchors=None) -> list[str]:
     return [w for w in words if not any(o != w and o.startswith(w) for o in words)]
 
 
-
 EDGE = " \t:;,.()[]{}<>'\"`=/-|"
-
 
 
 _GROUP_OF_WORDS = re.compile(r"\(\?P<\w+>([\w .|-]+)\)")
 
 
-
 def _values(pattern: str) -> list[str]:
     """The values a message's capture may take when its pattern lists them: `(?P<column>prompt|query)`."""
     return [v for m in _GROUP_OF_WORDS.finditer(pattern) for v in m[1].split("|") if re.fullmatch(r"[A-Za-z][\w .-]*", v)]
-
 
 
 def _telling(run: str) -> bool:

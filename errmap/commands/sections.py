@@ -31,21 +31,16 @@ HEADINGS = {
 }
 
 
-
 SECTIONS = tuple(HEADINGS.values())
-
 
 
 SHOWN = 240  # characters of one example line
 
 
-
 SHOWN_HIT = 1000  # characters of the matched line
 
 
-
 MAX_FIXTURE = 8 << 20  # bytes of a fixture read to find an example
-
 
 
 @dataclass(frozen=True)
@@ -61,18 +56,15 @@ class Example:
     captures: tuple[tuple[str, str], ...] = ()  # what the matched line gave the anchor's groups
 
 
-
 def fixtures_dir() -> Path | None:
     """fixtures/ of a checkout; an installed package has none."""
     folder = Path(__file__).resolve().parents[2] / "fixtures"
     return folder if folder.is_dir() else None
 
 
-
 def _cut(text: str, limit: int = SHOWN) -> str:
     text = text.rstrip()
     return text if len(text) <= limit else text[:limit] + " …"
-
 
 
 def _sidecar(log: Path) -> dict:
@@ -82,7 +74,6 @@ def _sidecar(log: Path) -> dict:
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return data if isinstance(data, dict) else {}
-
 
 
 def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
@@ -135,7 +126,6 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
                    str(side.get("machine", "")), tuple(sorted(hit.captures.items())))
 
 
-
 def related(e: Entry, kb: KB | None) -> list[tuple[str, int, str | None]]:
     """(label, errno, title) for the codes that cause this one and for related codes."""
     title = (lambda n: kb.entries[n].title if kb and n in kb.entries else None)
@@ -143,9 +133,7 @@ def related(e: Entry, kb: KB | None) -> list[tuple[str, int, str | None]]:
         ("Related", n, title(n)) for n in e.related if n not in e.caused_by]
 
 
-
 MANY = 6  # longer lists of related codes show as numbers on one line
-
 
 
 def related_groups(e: Entry, kb: KB | None) -> list[tuple[str, list[tuple[int, str | None]]]]:
@@ -156,11 +144,9 @@ def related_groups(e: Entry, kb: KB | None) -> list[tuple[str, list[tuple[int, s
     return list(groups.items())
 
 
-
 def probe_lines(e: Entry) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """The probes with what each reads, and the checks as (verdict, sentence)."""
     return [(p, PROBES.get(p, "")) for p in e.probes], [(c.verdict, c.says) for c in e.checks]
-
 
 
 def _shown(value) -> str:
@@ -169,7 +155,6 @@ def _shown(value) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_shown(v) for v in value) + "]"
     return str(value)
-
 
 
 def condition_text(c) -> str:
@@ -189,7 +174,6 @@ def condition_text(c) -> str:
     else:
         target = "" if c.value is None else _shown(c.value)
     return f"{subject} {c.op} {target}".strip()
-
 
 
 def doctor_lines(e: Entry) -> list[tuple[str, list[str]]]:

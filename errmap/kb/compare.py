@@ -11,7 +11,6 @@ from typing import Any
 _VERSION = re.compile(r"\d+(\.\d+)*")
 
 
-
 def pick(value: Any, key: str | None) -> Any:
     """value[key], also inside each element of a list of mappings."""
     if key is None:
@@ -21,7 +20,6 @@ def pick(value: Any, key: str | None) -> Any:
     if isinstance(value, list):
         return [v.get(key) if isinstance(v, dict) else None for v in value]
     return None
-
 
 
 def _as_number(x: Any) -> float | None:
@@ -37,12 +35,10 @@ def _as_number(x: Any) -> float | None:
     return None
 
 
-
 def _as_version(x: Any) -> tuple[int, ...] | None:
     if isinstance(x, str) and _VERSION.fullmatch(x.strip()):
         return tuple(int(p) for p in x.strip().split("."))
     return None
-
 
 
 def _as_bool(x: Any) -> bool | None:
@@ -51,7 +47,6 @@ def _as_bool(x: Any) -> bool | None:
     if isinstance(x, str) and x.strip().lower() in ("true", "false"):
         return x.strip().lower() == "true"
     return None
-
 
 
 def compare(a: Any, op: str, b: Any) -> bool | None:
@@ -76,7 +71,6 @@ def compare(a: Any, op: str, b: Any) -> bool | None:
     return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y, "==": x == y, "!=": x != y}[op]
 
 
-
 def contains(a: Any, b: Any) -> bool:
     """Whether collection/text a has b (a list item, a mapping key, a substring)."""
     if isinstance(a, dict):
@@ -86,7 +80,6 @@ def contains(a: Any, b: Any) -> bool:
     if isinstance(a, str):
         return str(b) in a
     return False
-
 
 
 def empty(a: Any) -> bool:

@@ -18,7 +18,6 @@ class KBError(Exception):
         self.problems = problems
 
 
-
 def line_map(node: yaml.Node, path: tuple = ()) -> dict[tuple, int]:
     """Map each key path in a composed YAML document to its 1-based line."""
     lines = {path: node.start_mark.line + 1}
@@ -32,20 +31,16 @@ def line_map(node: yaml.Node, path: tuple = ()) -> dict[tuple, int]:
     return lines
 
 
-
 def line_of(lines: dict[tuple, int], loc: tuple) -> int:
     while loc not in lines and loc:
         loc = loc[:-1]
     return lines.get(loc, 1)
 
 
-
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when the wheel has it: 10x faster
 
 
-
 MAX_FILE = 1 << 20  # bytes of one KB file (the largest shipped is ~15 KB)
-
 
 
 def read(path: Path) -> str:
@@ -63,7 +58,6 @@ def read(path: Path) -> str:
         raise KBError([f"{path}:1: cannot read: {exc}"]) from None
 
 
-
 def parse(path: Path, text: str) -> Any:
     """The YAML document, refusing aliases: `*name` can expand exponentially (billion laughs) or
     refer to itself, and an entry has nothing to share."""
@@ -77,7 +71,6 @@ def parse(path: Path, text: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         raise KBError([f"{path}:{line}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
-
 
 
 def official_dir() -> Path:

@@ -15,17 +15,13 @@ from errmap.kb.stacks import NAMES
 OFFICIAL_RANGE = range(1001, 1049)
 
 
-
 USER_RANGE = range(9000, 10000)
-
 
 
 PLACEHOLDER = regex.compile(r"\{(\w+)\}")
 
 
-
 OPTIONAL = regex.compile(r"\[\[(.*?)\]\]", flags=regex.DOTALL)
-
 
 
 # A leading `^` in an anchor means "where a message starts", wherever that is in the line: at a
@@ -36,13 +32,11 @@ OPTIONAL = regex.compile(r"\[\[(.*?)\]\]", flags=regex.DOTALL)
 MESSAGE_START = r"(?:^|(?<=[\s|\])>:;,=\"\x80-\U0010ffff]))(?=\S)"
 
 
-
 def message_regex(pattern: str) -> str:
     """An anchor's pattern as run: a leading `^` becomes MESSAGE_START."""
     if pattern.startswith("^") and not pattern.startswith(("^(?=", "^(?!")):
         return MESSAGE_START + pattern[1:]
     return pattern
-
 
 
 @dataclass(frozen=True)
@@ -86,10 +80,8 @@ class Anchor:
         return set(self.compiled.groupindex)
 
 
-
 def _stacks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
-
 
 
 @dataclass(frozen=True)
@@ -115,7 +107,6 @@ class Step:
         return ", ".join(f"{p} {s}".strip() for p, s in self.versions if s)
 
 
-
 @dataclass(frozen=True)
 class Link:
     url: str
@@ -127,7 +118,6 @@ class Link:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stack", _stacks(self.stack))
-
 
 
 @dataclass(frozen=True)
@@ -143,7 +133,6 @@ class Check:
     capture: str | None = None
     against: str | None = None
     against_field: str | None = None
-
 
 
 @dataclass(frozen=True)
@@ -162,7 +151,6 @@ class Condition:
     against_setting: str | list[str] | None = None
     name: str | None = None
     target_name: str | None = None
-
 
 
 @dataclass(frozen=True)
@@ -185,14 +173,12 @@ class Prediction:
         return [self.says] if isinstance(self.says, str) else list(self.says.values())
 
 
-
 @dataclass(frozen=True)
 class ExitCause:
     """`errmap run`: a command ended by `signal` with nothing known in its output likely hit this code."""
 
     signal: str
     says: str
-
 
 
 @dataclass(frozen=True)
@@ -270,7 +256,6 @@ class Entry:
             return f"<{m[1]}>" if found is None else found
 
         return PLACEHOLDER.sub(value, text)
-
 
 
 @dataclass(frozen=True)

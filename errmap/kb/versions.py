@@ -9,6 +9,8 @@ specifier per package such as "<0.6" or ">=0.3,<0.6"); a fix link names the firs
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import regex
 
 # Package names as pip spells them, normalised (lower case, "_" and "." as "-"); the names steps and links use.
@@ -60,6 +62,7 @@ def in_line(text: str) -> list[tuple[str, str]]:
     return [(p, v) for p, v in found if p in KNOWN]
 
 
+@lru_cache(maxsize=4096)  # a traceback's paths recur in every traceback through them
 def in_path(path: str) -> tuple[str, str] | None:
     """The (package, version) that a frame's path names in a folder, for a package errmap knows."""
     m = _FOLDER.search(path)

@@ -9,17 +9,14 @@ import regex
 _CONTROL = regex.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-
 def _escape_data(s: str) -> str:
     """As the runner's toolkit escapes, and every other control character as %XX (shown as such)."""
     s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return _CONTROL.sub(lambda m: f"%{ord(m[0]):02X}", s)
 
 
-
 def _escape_property(s: str) -> str:
     return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
-
 
 
 def github(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -> list[str]:

@@ -12,7 +12,6 @@ from typing import Any
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
 
-
 def _version() -> str:
     try:
         return version("errmap")
@@ -20,11 +19,9 @@ def _version() -> str:
         return "0"
 
 
-
 def _fingerprint(d: dict[str, Any]) -> str:
     key = json.dumps([d["errno"], sorted(d["captures"].items())])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
-
 
 
 def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -> dict[str, Any]:
@@ -71,7 +68,6 @@ def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -
         "version": "2.1.0",
         "runs": [{"tool": {"driver": {"name": "errmap", "version": _version(), "rules": rules}}, "results": results}],
     }
-
 
 
 def _location(path: str, line: int) -> dict[str, Any]:

@@ -23,35 +23,27 @@ from errmap.scan.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Triage
 SHOWN_TEXT = 300  # characters of an evidence line shown in text output
 
 
-
 SHOWN_PER_CODE = 20  # diagnoses of one code shown in text output; --verbose and JSON list all kept
-
 
 
 SHOWN_STEPS = 3  # fix steps shown in text output; --verbose and `errmap explain` show all
 
 
-
 SHOWN_CAUSE = 3  # lines of the cause shown in text output, cut with an ellipsis; --verbose shows it whole
-
 
 
 SHOWN_LINKS = 1  # links shown in text output; --verbose shows all
 
 
-
 SCREEN_ROWS = 24  # a diagnosis with what it led to fits one screen of this height: fewer steps where long ones need it
-
 
 
 FEWEST_STEPS = 2  # ... but never fewer than these
 
 
-
 def escape(text: str) -> str:
     """Text from a log, a path or a KB as rich markup: no markup, no terminal escape or control character."""
     return _markup(printable(text))
-
 
 
 def _where(ev: dict[str, Any]) -> str:
@@ -66,7 +58,6 @@ def _where(ev: dict[str, Any]) -> str:
     return f"{ev['file']}:{ev['line']}" + (f" ({', '.join(who)})" if who else "")
 
 
-
 def _spread(d: dict[str, Any]) -> str:
     parts = [_("{n}x").format(n=d["count"]) if d["count"] > 1 else _("once")]
     if d["ranks"]:
@@ -77,11 +68,9 @@ def _spread(d: dict[str, Any]) -> str:
     return _(", ").join(parts)
 
 
-
 def lead(text: str) -> str:
     """A label and the space before what it labels; none after a full-width colon."""
     return text if text.endswith("：") else text + " "
-
 
 
 def aside(text: str) -> str:
@@ -89,13 +78,11 @@ def aside(text: str) -> str:
     return _(" ({what})").format(what=text)
 
 
-
 def rows(con: Console, draw: Callable[[Console], None]) -> int:
     """How many rows `draw` prints at `con`'s width."""
     probe = Console(file=io.StringIO(), width=con.width, highlight=False, soft_wrap=True, color_system=None)
     draw(probe)
     return probe.file.getvalue().count("\n")
-
 
 
 def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False,
@@ -152,7 +139,6 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     left = len(d["fix"]) - len(shown)
     hidden = f"[dim]{aside(ngettext('{n} more step', '{n} more steps', left).format(n=left))}[/]" if left else ""
     block(con, f"   [dim]{lead(_('more:'))}[/]", escape(more) + hidden)
-
 
 
 def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
@@ -238,7 +224,6 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         block(con, "", f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
 
 
-
 def _print_omitted(con: Console, triage: Triage) -> None:
     """What the caps on kept incidents and records left out, as counts."""
     for errno, n in sorted(triage.more.items()):
@@ -250,7 +235,6 @@ def _print_omitted(con: Console, triage: Triage) -> None:
         more = ngettext("… and {n:,} more unrecognized error line (only the first {kept} distinct ones are kept)",
                         "… and {n:,} more unrecognized error lines (only the first {kept} distinct ones are kept)", n)
         block(con, "", f"[dim]{more.format(n=n, kept=MAX_RESIDUE)}[/]")
-
 
 
 def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, Any]], depth: int = 1) -> None:

@@ -25,7 +25,6 @@ class Match:
         return "exact" if self.anchor is not None else "likely"
 
 
-
 @dataclass(slots=True)
 class Unrecognized:
     """A line that reads like a failure but no anchor knows."""
@@ -37,14 +36,12 @@ class Unrecognized:
     weak: bool = False  # a weak shape (failures.py): failure evidence only where nothing stronger is
 
 
-
 @dataclass(slots=True)
 class Named:
     """The first line of a source that names the stack which wrote it (stack.py)."""
 
     line: Line
     stack: str
-
 
 
 @dataclass(slots=True)
@@ -56,14 +53,12 @@ class Release:
     version: str
 
 
-
 @dataclass(slots=True)
 class GpuNamed:
     """The first line of a source that names a GPU (gpus.py)."""
 
     line: Line
     name: str
-
 
 
 Event = Match | Unrecognized | Named | GpuNamed | Release

@@ -24,15 +24,15 @@ GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Pytho
                     "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: ", "NCCL WARN ",
                     # a lowercased or uppercased paste ("valueerror: ...", "RUNTIMEERROR: ..."), a command line's
                     # "prog: error: ..." (argparse, srun, gcc), C's assert, a shell's report of a killed job
-                    "error:", "ERROR:", "EXCEPTION:", "exception:", "Assertion ", "Killed", "zsh: ", "segmentation fault",
+                    "error:", "ERROR:", "EXCEPTION:", "exception:", "Killed", "zsh: ", "segmentation fault",
                     "bus error", "illegal hardware instruction", "floating point exception"]
 
 # The last line of a Python traceback (any exception type, also bare `Exception:`/`Error:` and a lowercased or
 # uppercased paste of one), PyTorch's "Error(s) in loading state_dict", a C++ terminate, a fatal interpreter error,
 # a process killed by a signal (as the shell (zsh in lower case, after "zsh: " or, for a job, "[1]    18472 "), the
 # interpreter or torchrun reports it), a compiler's fatal error, a
-# tool's "name: ERROR" line, a command line's "prog: error: ..." (argparse's parser.error, srun, gcc), glibc's
-# assert ("prog: file.c:12: func: Assertion `x' failed."), NCCL's report of a failed system or CUDA call
+# tool's "name: ERROR" line, a command line's "prog: error: ..." (argparse's parser.error, srun, gcc), NCCL's report
+# of a failed system or CUDA call
 # (SYSCHECK/CUDACHECK in its checks.h; other NCCL WARN lines also come at a clean exit, when the proxy service
 # thread closes its connections). Matched at the start of a line's text (after its prefixes).
 GENERIC = regex.compile(
@@ -53,9 +53,12 @@ GENERIC = regex.compile(
     r"|\S+:\d+:(?:\d+:)? (?P<type>fatal error): (?P<message>.*)"
     r"|(?P<type>[a-z][\w-]*): ERROR (?P<message>.+)"
     r"|(?:\S+: )?(?P<type>error): (?P<message>\S.*)"
-    r"|(?:\S+: )?\S+:\d+: (?:.*?[:\]] )?(?P<type>Assertion) (?P<message>.+? failed)\.?"
     r"|(?:\S+:\d+ )?(?P<type>NCCL WARN) (?P<message>(?:Call to \S+ failed ?:|Cuda failure|HIP failure) .+))$"
 )
+# glibc's assert ("prog: file.c:12: func: Assertion `x' failed.") and a CUDA kernel's ("file.cu:12: kernel: block:
+# [0,0,0], thread: [0,0,0] Assertion `x` failed."): read on every line holding "Assertion " (no superset: the unanchored
+# gap before the word doubled the cost of GENERIC's superset over a log).
+ASSERTION = regex.compile(r"^(?:\S+: )?\S+:\d+: (?:.*?[:\]] )?(?P<type>Assertion) (?P<message>.+? failed)\.?(?P<inner>)$")
 # A CUDA/HIP error no anchor knows, wherever it sits (NCCL's watchdog quotes it mid-line).
 GPU_ERROR = regex.compile(r"\b(?P<type>CUDA error|HIP error)(?P<inner>): (?P<message>.+)$")
 # An exception named after other text: what ends an open traceback behind a prefix nobody listed.
@@ -70,15 +73,18 @@ CAUGHT = regex.compile(r"Caught (\w+) in ")
 # failed (or on SIGINT/SIGTERM), then "<cmd> exits with return code = N" at ERROR; a shell's "Killed" after a job's
 # command line is GENERIC's.
 WEAK_LITERALS = ["Killing subprocess ", "exits with return code = "]
+# The literals of the shapes that have no superset and are read on every line holding one: ASSERTION, WEAK, log levels.
+UNGATED_LITERALS = ["Assertion ", *WEAK_LITERALS]
 WEAK = regex.compile(r"(?P<type>Killing subprocess) (?P<message>\d+)$|(?P<type>exits with return code) = (?P<message>-?[1-9]\d*)$")
 # Log records at these levels are failure evidence of the weak kind; glog's E/F records count where a C++ file
 # printed them (PyTorch's Python loggers also print E records for handled failures, e.g. inductor's autotuning).
 LOUD_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
-# What stage one reads to find such records: Python logging's level names, and the E/F letter of a C++ glog record
-# as c10 brackets it ("[E1205 10:00:00.123456 77 ProcessGroupNCCL.cpp:616] ", old torch "[E ProcessGroupNCCL.cpp:737] ")
-# and Ray's C++ logs print it ("[2025-04-21 10:05:37,313 E 9596 9597] "). An unbracketed "E1205 ..." record is a Python
-# logger's (torch.distributed's), which does not count.
-LEVEL_LITERALS = ["ERROR", "CRITICAL", "FATAL", " E ", "[E ", "[F ", *(f"[{k}{d}" for k in "EF" for d in "0123456789")]
+# What stage one reads to find such records: Python logging's level names. A C++ glog E/F record (c10's
+# "[E1205 10:00:00.123456 77 ProcessGroupNCCL.cpp:616] ", old torch's "[E ProcessGroupNCCL.cpp:737] ", Ray's
+# "[2025-04-21 10:05:37,313 E 9596 9597] ") is read where stage one selects its line for another literal: its level
+# has no literal of four bytes or more, and Hyperscan's scan of the whole log slows by a fifth with the 23 short ones
+# it would take. An unbracketed "E1205 ..." record is a Python logger's (torch.distributed's), which does not count.
+LEVEL_LITERALS = ["ERROR", "CRITICAL", "FATAL"]
 _PYTHON_GLOG = regex.compile(r"[EF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [^\]\s]+\.py:\d+\]")
 # A C++ glog E/F record wherever it sits, behind a prefix peeling does not know ("trainer/0 [1]:[E socket.cpp:610] ").
 _CPP_GLOG = regex.compile(r"\[[EF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)?)? [^\]\s]+\.(?:cc|cpp|cxx|cu|h|hpp):\d+\]")
@@ -100,6 +106,8 @@ def unknown(line: Line, generic: bool = True) -> list[Unrecognized]:
             g = GPU_ERROR.search(line.text)
         if g is None and not line.text.isascii():  # an exception named inside a sentence of another language
             g = QUOTED.search(line.text)
+    if g is None and not line.quiet and "Assertion " in line.text:
+        g = ASSERTION.match(line.text)
     if g is not None:
         message = (g["message"] or "").strip()
         caught = CAUGHT.match(message)  # torch DataLoader: "KeyError: Caught KeyError in DataLoader worker process 0."

@@ -29,7 +29,7 @@ from errmap.kb.stacks import LITERALS as STACK_LITERALS
 from errmap.scan import failures
 from errmap.scan import superset as superset_module
 from errmap.scan.events import Event, Match
-from errmap.scan.failures import GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, WEAK_LITERALS, unknown
+from errmap.scan.failures import GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, UNGATED_LITERALS, unknown
 from errmap.scan.lines import PREFIX, Line
 from errmap.scan.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
 from errmap.scan.superset import DIGITS, Unsupported, digit_blind, superset
@@ -55,7 +55,7 @@ CONTINUED, CONTINUED_MAX = 3, 2048
 PAD = 20
 PADDED = re.compile(f" {{{PAD},}}")  # a terminal's wrap turned into blanks when a screen is copied whole
 
-GENERIC_ID, FRAME_ID, TRACEBACK_ID, GPU_ID, WEAK_ID, VERSION_ID = -1, -2, -3, -4, -5, -6
+GENERIC_ID, FRAME_ID, TRACEBACK_ID, GPU_ID, UNGATED_ID, VERSION_ID = -1, -2, -3, -4, -5, -6
 STACK_ID = -7  # STACK_ID - k: the k-th of stack.LITERALS
 STACK_NAMES = list(STACK_LITERALS.values())
 GENERIC_ONLY = {GENERIC_ID}
@@ -90,8 +90,8 @@ class Matcher:
                 literals.setdefault(lit.encode(), set()).add(i)
         for lit in GENERIC_LITERALS:
             literals.setdefault(lit.encode(), set()).add(GENERIC_ID)
-        for lit in WEAK_LITERALS + LEVEL_LITERALS:
-            literals.setdefault(lit.encode(), set()).add(WEAK_ID)
+        for lit in UNGATED_LITERALS + LEVEL_LITERALS:
+            literals.setdefault(lit.encode(), set()).add(UNGATED_ID)
         literals.setdefault(FRAME_LITERAL, set()).add(FRAME_ID)
         literals.setdefault(TRACEBACK_LITERAL, set()).add(TRACEBACK_ID)
         for k, lit in enumerate(STACK_LITERALS):
@@ -223,10 +223,9 @@ class Matcher:
                 seen.add(entry.errno)
                 caps = {k: v for k, v in m.groupdict().items() if v is not None}
                 events.append(Match(entry, anchor, line, caps))
-        if not events and not known and (generic or WEAK_ID in candidates):
+        if not events and not known and (generic or UNGATED_ID in candidates):
             events += unknown(line, generic)
         return events
-
 
     def _timed_out(self, i: int, line: Line) -> None:
         self.timeouts[i] = n = self.timeouts.get(i, 0) + 1

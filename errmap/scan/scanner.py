@@ -33,13 +33,10 @@ from errmap.scan.matcher import (CONTINUED, CONTINUED_MAX, FRAME, FRAME_ID, FRAM
 UNMATCHED = 4096
 
 
-
 UNMATCHED_MAX = 2048
 
 
-
 UNMATCHED_BYTES = 1 << 20
-
 
 
 # "Error"/"Exception" only with the punctuation of an exception line; every other literal is telling alone.
@@ -47,23 +44,25 @@ _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
            *(lit.encode() for lit in GENERIC_LITERALS if lit not in ("Error", "Exception")))
 
 
-
-# One search for them all, or a bare type before trailing blanks (those bytes.rstrip takes) at a line's end; the
-# standard library's engine skips to the shapes' first bytes, twice as fast here as a test per shape.
-_SHAPED = re.compile(b"|".join(map(re.escape, _SHAPES)) + rb"|(?:Error|Exception)[ \t\x0b\x0c]*$", re.MULTILINE)
-
-
-
-def _telling(ids: set[int]) -> bool:
-    """Whether stage one found an anchor's literal or GENERIC's in a line (every other id is below GENERIC_ID)."""
-    return max(ids) >= GENERIC_ID
-
+# Two searches: the type followed by its punctuation or alone before trailing blanks (those bytes.rstrip takes) at a
+# line's end, then the other shapes; the standard library's engine skips to a pattern's first bytes, and one search
+# over them all would stop at every "e" of a line for "error:".
+_SHAPED = re.compile(rb"E(?:rror|xception)(?:[:(]|[ \t\x0b\x0c]*$)", re.MULTILINE)
+_SHAPED_REST = re.compile(b"|".join(re.escape(s) for s in _SHAPES if not s.startswith((b"Error", b"Exception"))))
+# The last byte of a line that a paste may have cut (readings.cut): a word's, a comma's or a blank's.
+_CUT_LIKE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_,;:- ") | frozenset(range(0x80, 0x100))
 
 
 def _failure_shaped(raw: bytes) -> bool:
-    """A cheap necessary condition for GENERIC: a type followed by ':' or '(', or a bare type at the end."""
-    return _SHAPED.search(raw) is not None
+    """A cheap necessary condition for GENERIC: a type followed by ':' or '(', a bare type at the end, or another shape."""
+    return _SHAPED.search(raw) is not None or _SHAPED_REST.search(raw) is not None
 
+
+def _rereadable(raw: bytes, ids: set[int]) -> bool:
+    """Whether a line no anchor matched may be read again (readings.py): it may be cut inside an anchor's message
+    (an anchor's literal is here and it ends as a cut line does) or name an exception in a sentence of another
+    language (it is not ASCII), and it has a failure's shape."""
+    return (not raw.isascii() or max(ids) >= 0 and raw[-1:] and raw[-1] in _CUT_LIKE) and _failure_shaped(raw)
 
 
 def _joined(block: bytes | bytearray, spans: list[tuple[int, int]]) -> tuple[bytes, list[int]]:
@@ -73,11 +72,9 @@ def _joined(block: bytes | bytearray, spans: list[tuple[int, int]]) -> tuple[byt
     return joined, list(itertools.accumulate(e - s + 1 for s, e in spans))
 
 
-
 # A terminal's padding (PADDED) in a line's text: PAD blanks in its bytes less escapes, with the NUL bytes and lost SGR
 # codes that peel removes between them. Read as one blank it may form a literal: such a line is remembered by its bytes.
 _PADDED = re.compile(rb"(?: (?:\x00|\[[0-9;\x80-\xff]*m)*){%d}" % PAD)
-
 
 
 def _raw(line: bytes | bytearray | memoryview) -> bytes:
@@ -86,9 +83,7 @@ def _raw(line: bytes | bytearray | memoryview) -> bytes:
     return ANSI.sub(b"", raw) if b"\x1b" in raw or b"\xc2" in raw else raw
 
 
-
 INHERITED = (0, b"")  # a Scanner's `_open` when it starts mid-file: whatever the bytes before left open
-
 
 
 @dataclass
@@ -197,8 +192,9 @@ class Scanner:
             tried = narrowed.get(s, ids)
             # a failure-shaped line (each shape holds one of GENERIC's literals) that no anchor's superset nor GENERIC's
             # took: read again (cut, named inside a sentence)
-            reread = tried <= m.recorded and GENERIC_ID in ids and _failure_shaped(raws[s] if s in raws else _raw(block[s:e]))
-            if self._open is None and ids.isdisjoint(m.recorded) and tried <= m.recorded and not reread:
+            left = not tried <= m.recorded  # an anchor or GENERIC is left to try after the supersets
+            reread = not left and GENERIC_ID in ids and _rereadable(raws[s] if s in raws else _raw(block[s:e]), ids)
+            if self._open is None and not left and not reread and ids.isdisjoint(m.recorded):
                 self._remember(keys.get(s))
                 continue  # nothing to record and no anchor left: not even its line number is needed
             lineno += block.count(b"\n", pos, s)
@@ -207,7 +203,7 @@ class Scanner:
             events += self._record(block, limit, e, ids, lineno, raw)
             if ids <= m.recorded:
                 continue  # a frame or a traceback header only: recorded, nothing to match
-            events += self._stage_two(block, limit, e, ids, tried, lineno, raw, keys.get(s), cut, reread)
+            events += self._stage_two(block, limit, e, ids, tried, left, lineno, raw, keys.get(s), cut, reread)
         if not cut:
             self.lineno = lineno + block.count(b"\n", pos, limit)
         return events
@@ -237,8 +233,8 @@ class Scanner:
             events.append(GpuNamed(peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", "")), name))
         return events
 
-    def _stage_two(self, block: bytes | bytearray, limit: int, e: int, ids: set[int], tried: set[int], lineno: int,
-                   raw: bytes, key: bytes | None, cut: bool, reread: bool) -> list[Event]:
+    def _stage_two(self, block: bytes | bytearray, limit: int, e: int, ids: set[int], tried: set[int], left: bool,
+                   lineno: int, raw: bytes, key: bytes | None, cut: bool, reread: bool) -> list[Event]:
         """A line's failures: the anchors left for it (`tried`) by the Matcher, then the readings of a failure line
         no anchor took (joined with its continuation lines, unpadded, read again); the open traceback is closed by its
         exception line. `key`: the line's bytes where it may be remembered as giving nothing."""
@@ -254,19 +250,27 @@ class Scanner:
         key = None if closes or not ids.isdisjoint(m.recorded) or not tried.isdisjoint(m.contextual) else key
         if key is not None and self._recalled(key, ids) is not None:
             return []  # this line again: it gave nothing
-        if tried <= m.recorded and not closes and not reread:
+        if not left and not closes and not reread:
             self._remember(key)
             return []  # no superset matched: no anchor can
         line = line or peel(self.path, lineno, raw.decode("utf-8", "replace").replace("\x00", ""), cut)
         # GENERIC's superset reads a line's start: an exception named inside a sentence is read by match_line too
-        found = m.match_line(line, tried | (ids & GENERIC_ONLY), self._frames)
+        found = m.match_line(line, tried if GENERIC_ID in tried or GENERIC_ID not in ids else tried | GENERIC_ONLY,
+                             self._frames)
         if len(found) == 1 and isinstance(found[0], Unrecognized) or not found and line.quiet and not line.quoted \
                 and GENERIC_ID in tried and GENERIC.match(line.text):  # a failure line, wrapped, at a quiet level
             found = self._continued(block, limit, e, line) or found
             key = None  # the lines after it had a say
+        elif found and all(isinstance(f, Match) and f.entry.role == "consequence" for f in found):
+            # a consequence's words may open a root cause's message that the wrap cut ("scheduler died ... /
+            # (exit code: -9)"): the joined reading wins where it finds a root cause
+            joined = self._continued(block, limit, e, line)
+            if any(f.entry.role == "root" for f in joined):
+                found, key = joined, None
         if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
             found = self._unpadded(line) or found
-        if not found and _telling(ids) and (reread or _failure_shaped(raw)) \
+        # (ids above GENERIC_ID are the anchors'; below it, what only records)
+        if not found and (reread or max(ids) >= GENERIC_ID and _rereadable(raw, ids)) \
                 or len(found) == 1 and isinstance(found[0], Unrecognized):
             found = self._reread(line, ids, found)
         if not found and closes and not line.quiet and not GENERIC.match(line.text) \
@@ -469,16 +473,21 @@ class Scanner:
         cut at the edge)."""
         return self._rematch(line, ((PADDED.sub(glue, line.text), ()) for glue in (" ", "")))
 
-    def _rematch(self, line: Line, readings: Iterable[tuple[str, tuple[int, ...]]]) -> list[Match]:
+    def _rematch(self, line: Line, texts: Iterable[tuple[str, tuple[int, ...]]]) -> list[Match]:
         """The anchors that match the first of these readings of a line's text (with the breaks where joined lines
-        begin) that any anchor matches."""
-        for text, breaks in readings:
-            ids = {i for pat, _ in self.matcher.prefilter.hits(text.encode()) for i in self.matcher.targets[pat] if i >= 0}
-            found = [e for e in self.matcher.match_line(replace(line, text=text), ids, self._frames, breaks) if isinstance(e, Match)]
+        begin) that any anchor matches, whole, cut at its end or retyped in one case (readings.py: a wrapped paste may
+        be cut or retyped too)."""
+        m = self.matcher
+        for text, breaks in texts:
+            ids = sorted({i for pat, _ in m.prefilter.hits(text.encode()) for i in m.targets[pat] if i >= 0})
+            read = replace(line, text=text)
+            found = [e for e in m.match_line(read, set(ids), self._frames, breaks) if isinstance(e, Match)]
+            found = found or [Match(entry, anchor, read, caps) for entry, anchor, caps in
+                              readings.cut([m.anchors[i] for i in ids if i not in m.off], read, self._frames, FRAME_WINDOW)
+                              or readings.folded(m.anchors, read, self._frames, FRAME_WINDOW)]
             if found:
                 return found
         return []
-
 
 
 def scan_chunks(matcher: Matcher, path: str, chunks: Iterable[bytes]) -> Iterator[Event]:

@@ -196,7 +196,11 @@ class Triage:
         such a cause found anywhere in the logs: ranks interleave their output, and a cause's detail
         line may follow the generic error it explains (NCCL's "Last error:" after "NCCL error in:").
         """
-        incidents = sorted(self.incidents.values(), key=lambda i: i.order)
+        # a consequence known only by the words of its family says nothing that a root cause of its run does not
+        rooted = {i.run for i in self.incidents.values() if i.entry.role == "root"}
+        incidents = sorted((i for i in self.incidents.values()
+                            if not (i.words is not None and i.entry.role == "consequence" and i.run in rooted)),
+                           key=lambda i: i.order)
         for inc in incidents:
             inc.cause, inc.consequences = None, []
         roots: dict[tuple, list[Incident]] = {}  # (run, errno) -> its root incidents, earliest first
