@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from errmap.kb import load as kbmod  # noqa: E402
 from errmap.scan.matcher import Matcher  # noqa: E402
-from errmap.scan.scanner import scan_chunks
+from errmap.scan.scanner import scan_chunks  # noqa: E402
 
 GB = 1 << 30
 PROFILES = {"near-miss": 50_000, "near-miss-stamped": 50_000, "near-miss-unique": 50_000,
