@@ -30,7 +30,7 @@ from errmap import failures, gpus, readings, versions
 from errmap import superset as superset_module
 from errmap.kb import KB, USER_RANGE, Anchor, Entry, cache_dir, message_regex, write_cache
 from errmap.failures import (ASSERTION, CAUGHT, GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LITERALS, LOUD_LEVELS,
-                             QUOTED, RAISED, UNGATED_LITERALS, WEAK, WEAK_LITERALS, loud)
+                             QUOTED, RAISED, UNGATED_LITERALS, WEAK, WEAK_LITERALS, glog_record, loud)
 from errmap.lines import ANSI, PREFIX, Line, peel
 from errmap.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
 from errmap.superset import DIGITS, Unsupported, digit_blind, superset
@@ -85,8 +85,9 @@ def _failure_shaped(raw: bytes) -> bool:
 def _rereadable(raw: bytes, ids: set[int]) -> bool:
     """Whether a line no anchor matched may be read again (readings.py): it may be cut inside an anchor's message
     (an anchor's literal is here and it ends as a cut line does) or name an exception in a sentence of another
-    language (it is not ASCII), and it has a failure's shape."""
-    return (not raw.isascii() or max(ids) >= 0 and raw[-1:] and raw[-1] in _CUT_LIKE) and _failure_shaped(raw)
+    language (it is not ASCII), and it has a failure's shape; or it is a C++ glog E/F record (failures.loud)."""
+    return (not raw.isascii() or max(ids) >= 0 and raw[-1:] and raw[-1] in _CUT_LIKE) and _failure_shaped(raw) \
+        or glog_record(raw)
 
 
 def _joined(block: bytes | bytearray, spans: list[tuple[int, int]]) -> tuple[bytes, list[int]]:
