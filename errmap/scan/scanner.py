@@ -20,7 +20,7 @@ from errmap.kb import gpus, versions
 from errmap.kb.stacks import in_frame
 from errmap.scan import readings
 from errmap.scan.events import Event, GpuNamed, Match, Named, Release, Unrecognized
-from errmap.scan.failures import GENERIC, GENERIC_LITERALS, LOUD_LEVELS, RAISED
+from errmap.scan.failures import GENERIC, GENERIC_LITERALS, LOUD_LEVELS, RAISED, glog_record
 from errmap.scan.lines import ANSI, Line, peel
 from errmap.scan.matcher import (CONTINUED, CONTINUED_MAX, FRAME, FRAME_ID, FRAME_LITERAL, FRAME_WINDOW, GENERIC_ID,
                                  GENERIC_ONLY, GPU_ID, MAX_LINE, PAD, PADDED, REWRITTEN_ID, STACK_ID, STACK_NAMES, TRACEBACK,
@@ -61,8 +61,9 @@ def _failure_shaped(raw: bytes) -> bool:
 def _rereadable(raw: bytes, ids: set[int]) -> bool:
     """Whether a line no anchor matched may be read again (readings.py): it may be cut inside an anchor's message
     (an anchor's literal is here and it ends as a cut line does) or name an exception in a sentence of another
-    language (it is not ASCII), and it has a failure's shape."""
-    return (not raw.isascii() or max(ids) >= 0 and raw[-1:] and raw[-1] in _CUT_LIKE) and _failure_shaped(raw)
+    language (it is not ASCII), and it has a failure's shape; or it is a C++ glog E/F record (failures.loud)."""
+    return (not raw.isascii() or max(ids) >= 0 and raw[-1:] and raw[-1] in _CUT_LIKE) and _failure_shaped(raw) \
+        or glog_record(raw)
 
 
 def _joined(block: bytes | bytearray, spans: list[tuple[int, int]]) -> tuple[bytes, list[int]]:
