@@ -577,8 +577,8 @@ class Scanner:
                     found, key = joined, None
             if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
                 found = self._unpadded(line) or found
-            # (ids above _GENERIC are the anchors'; below it, what only records)
-            if not found and (reread or max(ids) >= _GENERIC and _rereadable(raw, ids)) \
+            # as `reread` asks it of a line that the supersets left nothing to try
+            if not found and (reread or _GENERIC in ids and _rereadable(raw, ids)) \
                     or len(found) == 1 and isinstance(found[0], Unrecognized):
                 found = self._reread(line, ids, found)
             if not found and closes and not line.quiet and not GENERIC.match(line.text) \
