@@ -76,16 +76,16 @@ WEAK_LITERALS = ["Killing subprocess ", "exits with return code = "]
 # The literals of the shapes that have no superset and are read on every line holding one: ASSERTION, WEAK, log levels.
 UNGATED_LITERALS = ["Assertion ", *WEAK_LITERALS]
 WEAK = regex.compile(r"(?P<type>Killing subprocess) (?P<message>\d+)$|(?P<type>exits with return code) = (?P<message>-?[1-9]\d*)$")
-# Log records at these levels are failure evidence of the weak kind; glog's E/F records count where a C++ file
-# printed them (PyTorch's Python loggers also print E records for handled failures, e.g. inductor's autotuning).
+# Log records at these levels are failure evidence of the weak kind: a logger's level word, and a C++ glog E/F record
+# (c10's "[E1205 10:00:00.123456 77 ProcessGroupNCCL.cpp:616] ", old torch's "[E ProcessGroupNCCL.cpp:737] "). Not a
+# Python logger's glog record ("E1202 ... select_algorithm.py:2613] ", inductor's autotuning prints handled failures so)
+# nor Ray's C++ "[2025-04-21 10:05:37,313 E 9596 9597] ", which raylets print for much they survive.
 LOUD_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
-# What stage one reads to find such records: Python logging's level names. A C++ glog E/F record (c10's
-# "[E1205 10:00:00.123456 77 ProcessGroupNCCL.cpp:616] ", old torch's "[E ProcessGroupNCCL.cpp:737] ", Ray's
-# "[2025-04-21 10:05:37,313 E 9596 9597] ") is read where stage one selects its line for another literal: its level
-# has no literal of four bytes or more, and Hyperscan's scan of the whole log slows by a fifth with the 23 short ones
-# it would take. An unbracketed "E1205 ..." record is a Python logger's (torch.distributed's), which does not count.
-LEVEL_LITERALS = ["ERROR", "CRITICAL", "FATAL"]
-_PYTHON_GLOG = regex.compile(r"[EF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [^\]\s]+\.py:\d+\]")
+# What stage one reads to find such records: the level words, and the tag of torch.distributed's C++ records
+# ("[E socket.cpp:610] [c10d] The client socket has failed to connect ..."). Another glog record is read where stage
+# one selects its line for another literal: its level has no literal of four bytes or more, and Hyperscan's scan of a
+# whole log slows by a fifth with the 23 short ones it would take.
+LEVEL_LITERALS = ["ERROR", "CRITICAL", "FATAL", "[c10d]"]
 # A C++ glog E/F record wherever it sits, behind a prefix peeling does not know ("trainer/0 [1]:[E socket.cpp:610] ").
 _CPP_GLOG = regex.compile(r"\[[EF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)?)? [^\]\s]+\.(?:cc|cpp|cxx|cu|h|hpp):\d+\]")
 _CPP_GLOG_BYTES = regex.compile(_CPP_GLOG.pattern.encode())
@@ -94,13 +94,15 @@ _CPP_GLOG_BYTES = regex.compile(_CPP_GLOG.pattern.encode())
 def glog_record(raw: bytes) -> bool:
     """Whether a line's bytes hold a C++ glog E/F record (what `loud` reads), cheaply: a line a superset dropped is
     read again for it."""
-    return (b"[E" in raw or b"[F" in raw or b" E " in raw or b" F " in raw) and _CPP_GLOG_BYTES.search(raw) is not None
+    return (b"[E" in raw or b"[F" in raw) and _CPP_GLOG_BYTES.search(raw) is not None
 
 
 def loud(raw: str, level: str | None) -> str | None:
-    """The level that makes a record failure evidence: ERROR and above, but not a Python logger's glog record."""
-    if level in LOUD_LEVELS:
-        return None if level in ("ERROR", "FATAL") and _PYTHON_GLOG.search(raw) else level
+    """The level that makes a record failure evidence: a logger's ERROR, CRITICAL or FATAL (the word is in the line, so
+    stage one selects it), or a C++ glog E/F record (glog_record; not a Python logger's, nor a level read from another
+    log's letter: those lines reach here only when a superset lets them)."""
+    if level in LOUD_LEVELS and level in raw:
+        return level
     return "ERROR" if "[" in raw and _CPP_GLOG.search(raw) else None
 
 

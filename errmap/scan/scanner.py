@@ -270,8 +270,8 @@ class Scanner:
                 found, key = joined, None
         if PADDED.search(line.text):  # read as the text it was before the wraps, which may match more precisely
             found = self._unpadded(line) or found
-        # (ids above GENERIC_ID are the anchors'; below it, what only records)
-        if not found and (reread or max(ids) >= GENERIC_ID and _rereadable(raw, ids)) \
+        # as `reread` asks it of a line that the supersets left nothing to try
+        if not found and (reread or GENERIC_ID in ids and _rereadable(raw, ids)) \
                 or len(found) == 1 and isinstance(found[0], Unrecognized):
             found = self._reread(line, ids, found)
         if not found and closes and not line.quiet and not GENERIC.match(line.text) \
