@@ -85,7 +85,7 @@ def test_lookalikes_are_not_failures(bare, matcher, line):
     # a Python logger's ERROR record; c10's glog E record behind a prefix nobody listed, where stage one selects the
     # line (here for a failure word)
     ("2024-05-09 17:35:49,123 - ERROR - trainer - the widget came apart", "ERROR"),
-    ("trainer/0 [1]:[E socket.cpp:610] [c10d] the widget came apart", "ERROR"),
+    ("trainer/0 [1]:[E socket.cpp:610] [c10d] the widget came apart with an Error", "ERROR"),
     ("[E1202 10:00:00.123456 1234 widget.cpp:616] the widget came apart with an Error", "ERROR"),
 ])
 def test_weak_shapes_are_failures_of_the_weak_kind(bare, line, kind):
