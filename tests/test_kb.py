@@ -181,7 +181,7 @@ def test_every_stack_has_its_names_and_builds_on_known_stacks():
     for s in stacks.STACKS:
         assert s.name.keys() == {"en", "zh"} and all(s.name.values()), s
         assert set(s.builds_on) <= set(stacks.ORDER), s
-    assert {h.means for h in stacks.HINTS} <= set(stacks.ORDER)
+    assert {h.means for h in stacks.IMPLIED} <= set(stacks.ORDER)
     assert len(set(stacks.ORDER)) == len(stacks.ORDER)
 
 

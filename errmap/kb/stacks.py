@@ -27,7 +27,7 @@ class Stack:
 
 
 @dataclass(frozen=True)
-class Hint:
+class Implied:
     """A frame package that names a stack only by what else a log names (HF's Trainer, accelerate)."""
     key: str
     frames: tuple[str, ...]
@@ -35,28 +35,29 @@ class Hint:
     unless: str | None = None
 
 
-def _load() -> tuple[list[Stack], list[Hint]]:
+def _load() -> tuple[list[Stack], list[Implied]]:
     path = official_dir() / "stacks.yaml"
     doc = parse(path, read(path))
     try:
         stacks = [Stack(s["key"], dict(s["name"]), tuple(s.get("builds_on", ())), tuple(s.get("frames", ())),
                         tuple(s.get("literals", ())), tuple(s.get("pip", ()))) for s in doc["stacks"]]
-        hints = [Hint(h["key"], tuple(h["frames"]), h["means"], h.get("unless")) for h in doc.get("hints") or ()]
+        implied = [Implied(h["key"], tuple(h["frames"]), h["means"], h.get("unless")) for h in doc.get("implies") or ()]
     except (KeyError, TypeError) as exc:
         raise KBError([f"{path}:1: not a list of stacks as its header describes: {exc!r}"]) from None
-    return stacks, hints
+    return stacks, implied
 
 
-STACKS, HINTS = _load()
+STACKS, IMPLIED = _load()
 # In order of precedence: the keys a KB step or link may name.
 ORDER = tuple(s.key for s in STACKS)
 # The names shown to people, by key.
 NAMES = {s.key: s.name["en"] for s in STACKS}
 # Stacks built on another whose steps also hold for them.
 ALSO = {s.key: s.builds_on for s in STACKS if s.builds_on}
-# A frame's path: a package directory (or HF's Trainer module) -> its stack or hint, resolved by framework().
+# A frame's path: a package directory (or HF's Trainer module) -> its stack, or a package that implies one
+# (resolved by framework()).
 FRAME_PACKAGE = regex.compile(
-    r"[/\\](?:" + "|".join(f"(?P<{x.key}>{'|'.join(x.frames)})" for x in [*STACKS, *HINTS] if x.frames) + r")(?=[/\\]|$)"
+    r"[/\\](?:" + "|".join(f"(?P<{x.key}>{'|'.join(x.frames)})" for x in [*STACKS, *IMPLIED] if x.frames) + r")(?=[/\\]|$)"
 )
 INSTALLED = regex.compile(r"(?=[/\\](?:site|dist)-packages[/\\])")
 # Lines outside tracebacks that name the stack.
@@ -73,10 +74,10 @@ def in_frame(path: str) -> str | None:
 
 
 def framework(stacks: set[str] | dict[str, object]) -> str | None:
-    """The one stack that wrote a run's logs, from all it named, its hints resolved (kb/stacks.yaml's `hints`:
-    accelerate frames under HF's Trainer are the Trainer's, accelerate alone is an accelerate run)."""
+    """The one stack that wrote a run's logs, from all it named, with the packages that imply one (`implies` in
+    kb/stacks.yaml: accelerate frames under HF's Trainer are the Trainer's, accelerate alone is an accelerate run)."""
     named = set(stacks)
-    named |= {h.means for h in HINTS if h.key in named and h.unless not in named}
+    named |= {h.means for h in IMPLIED if h.key in named and h.unless not in named}
     return next((s for s in ORDER if s in named), None)
 
 

@@ -1,6 +1,6 @@
 """Readings: the KB tried again on a failure line that no anchor matched as printed, read as people paste it.
 
-The scanner (matcher.py) asks for these only on failure-shaped lines (failures.py) that gave nothing or only an
+The scanner (scanner.py) asks for these only on failure-shaped lines (failures.py) that gave nothing or only an
 unrecognized failure, so they never run on the hot path. In order:
 - cut: the line ends inside an anchor's message ("..., unable to" for "..., unable to compile"), as a paste or a
   terminal cuts its last words: the anchor matched up to the line's end (a partial match) over one of its literals,
@@ -16,13 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import regex
+import string
 
 from errmap.kb.model import USER_RANGE, Anchor, Entry
 from errmap.scan.lines import Line
 
-# A line cut by a paste ends inside a word or after a comma or blank; one that ends with a closing mark is whole.
-_CUT_END = regex.compile(r"[\w,;:\- ]$")
+# A line cut by a paste ends inside a word (any non-ASCII character counts) or after a comma or blank; one that ends
+# with a closing mark is whole. The scanner asks the same of a line's bytes before it decodes one.
+CUT_ENDS = frozenset(string.ascii_letters + string.digits + "_,;:- ")
+
+
+def ends_cut(text: str) -> bool:
+    """Whether a line's text ends as a paste that cut its last words leaves it."""
+    return text[-1:] in CUT_ENDS or not text[-1:].isascii()
 
 
 def _agrees(anchor: Anchor, line: Line, frames: list[tuple[int, str]], window: int) -> bool:
@@ -36,8 +42,9 @@ def cut(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable[tu
         window: int = 200) -> list[tuple[Entry, Anchor, dict[str, str]]]:
     """The anchors whose message the line holds up to its end, cut there."""
     text = line.text.rstrip()
-    if not _CUT_END.search(line.text):
+    if not ends_cut(line.text):
         return []
+    frames = list(frames)
     out, seen = [], set()
     for entry, anchor in anchors:
         if entry.errno in seen or entry.errno in USER_RANGE:
@@ -45,7 +52,7 @@ def cut(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable[tu
         m = anchor.compiled.search(text, partial=True)
         if m is None or not m.partial or not any(lit in m[0] for lit in anchor.literals):
             continue
-        if _agrees(anchor, line, list(frames), window):
+        if _agrees(anchor, line, frames, window):
             seen.add(entry.errno)
             out.append((entry, anchor, {k: v for k, v in m.groupdict().items() if v}))
     return out
@@ -57,12 +64,13 @@ def folded(anchors: Iterable[tuple[Entry, Anchor]], line: Line, frames: Iterable
     lower = line.text.lower()
     if line.text not in (lower, line.text.upper()):
         return []  # a line in mixed case was not retyped: its case is the software's (`myTrainer` is no `Trainer`)
+    frames = list(frames)
     out, seen = [], set()
     for entry, anchor in anchors:
         if entry.errno in seen or entry.errno in USER_RANGE or not any(lit.lower() in lower for lit in anchor.literals):
             continue
         m = anchor.folded.search(line.text)
-        if m is not None and _agrees(anchor, line, list(frames), window):
+        if m is not None and _agrees(anchor, line, frames, window):
             seen.add(entry.errno)
             out.append((entry, anchor, {k: v for k, v in m.groupdict().items() if v is not None}))
     return out

@@ -50,7 +50,7 @@ _SHAPES = (b"Error:", b"Exception:", b"Error(", b"Exception(",
 _SHAPED = re.compile(rb"E(?:rror|xception)(?:[:(]|[ \t\x0b\x0c]*$)", re.MULTILINE)
 _SHAPED_REST = re.compile(b"|".join(re.escape(s) for s in _SHAPES if not s.startswith((b"Error", b"Exception"))))
 # The last byte of a line that a paste may have cut (readings.cut): a word's, a comma's or a blank's.
-_CUT_LIKE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_,;:- ") | frozenset(range(0x80, 0x100))
+_CUT_LIKE = frozenset(map(ord, readings.CUT_ENDS)) | frozenset(range(0x80, 0x100))  # readings.ends_cut, of bytes
 
 
 def _failure_shaped(raw: bytes) -> bool:
@@ -191,9 +191,9 @@ class Scanner:
                 if m.supersets is not None:  # it may end the open traceback
                     narrowed.update(self._narrow(block, [s], hits, raws))
             tried = narrowed.get(s, ids)
+            left = not tried <= m.recorded  # an anchor or GENERIC is left to try after the supersets
             # a failure-shaped line (each shape holds one of GENERIC's literals) that no anchor's superset nor GENERIC's
             # took: read again (cut, named inside a sentence)
-            left = not tried <= m.recorded  # an anchor or GENERIC is left to try after the supersets
             reread = not left and GENERIC_ID in ids and _rereadable(raws[s] if s in raws else _raw(block[s:e]), ids)
             if self._open is None and not left and not reread and ids.isdisjoint(m.recorded):
                 self._remember(keys.get(s))
@@ -283,6 +283,7 @@ class Scanner:
         else:
             self._remember(key)
         return found
+
     def _hits(self, block: bytes | bytearray, limit: int) -> dict[int, tuple[int, set[int]]]:
         """Stage one: the lines of block[:limit] holding a literal, by their start -> (their end, the ids found)."""
         m = self.matcher
