@@ -71,7 +71,7 @@ def test_strong_shapes_are_failures(bare, line, kind):
     # the words without the punctuation of an exception line
     "grad_Error_norm 0.1 Exception_count 0",
     # Ray's C++ logs at E: raylets print them for much they survive
-    "(raylet) [2025-04-21 10:05:37,313 E 959680 959717] widget_monitor.cc:116: an Error in the widget",
+    "(raylet) [2026-12-05 09:12:03,117 E 4411 4439] widget_monitor.cc:116: an Error in the widget",
 ])
 def test_lookalikes_are_not_failures(bare, matcher, line):
     assert unknown(bare, line + "\n") == [] and unknown(matcher, line + "\n") == []
@@ -79,8 +79,8 @@ def test_lookalikes_are_not_failures(bare, matcher, line):
 
 @pytest.mark.parametrize("line, kind", [
     # deepspeed/launcher/launch.py sigkill_handler, at INFO and at ERROR
-    ("[2024-01-22 16:50:49,553] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 1080504", "Killing subprocess"),
-    ("[2024-01-22 16:50:50,001] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] exits with return code = -9",
+    ("[2026-12-05 09:12:03,117] [INFO] [launch.py:335:sigkill_handler] Killing subprocess 52817", "Killing subprocess"),
+    ("[2026-12-05 09:12:04,002] [ERROR] [launch.py:341:sigkill_handler] ['python', 'train.py'] exits with return code = -9",
      "exits with return code"),
     # a Python logger's ERROR record; c10's glog E record behind a prefix nobody listed, where stage one selects the
     # line (here for a failure word)
@@ -103,10 +103,10 @@ def test_weak_shapes_show_only_where_nothing_stronger_is(bare):
 
 
 # The readings of a line no anchor matched as printed, on messages the KB knows.
-DEEPSPEED = (">- DeepSpeed Op Builder: Installed CUDA version 12.0 does not match the version torch was compiled with 11.8, "
+DEEPSPEED = (">- DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the version torch was compiled with 11.8, "
              "unable to compile cuda/cpp extensions without a matching cuda version.")  # deepspeed/ops/op_builder/builder.py
 VLLM_BF16 = ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
-             "Your Tesla V100-SXM2-32GB GPU has compute capability 7.0.")  # vllm/worker/worker.py _check_if_gpu_supports_dtype
+             "Your Tesla T4 GPU has compute capability 7.5.")  # vllm/worker/worker.py _check_if_gpu_supports_dtype
 
 
 def test_a_message_cut_at_its_end_keeps_its_code(matcher):
