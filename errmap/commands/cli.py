@@ -202,8 +202,8 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
     the log has named so far)."""
 
     def on_new(item: Incident | Residue) -> None:
-        if fmt == "json":
-            return  # one JSON document at the end
+        if fmt == "json" or isinstance(item, Residue) and item.interrupt:
+            return  # one JSON document at the end; a user's Ctrl-C is said in the summary
         if isinstance(item, Residue):
             if fmt == "jsonl":
                 out.file.write(jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")
@@ -356,7 +356,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
     try:
         outcome = run_command(list(command), Matcher(kb), triage, source, on_new, log,
                               notice=lambda msg: _console(stderr=True).print(f"[yellow]errmap:[/] {escape(msg)}"))
-        report.status, report.forced = outcome.status, outcome.forced
+        report.status, report.forced, report.interrupted = outcome.status, outcome.forced, outcome.interrupted
     except OSError as exc:  # the command could not be started
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(command[0])}: {escape(exc.strerror or str(exc))}")
         sys.exit(127)

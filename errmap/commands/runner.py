@@ -46,6 +46,7 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 class Outcome:
     status: int  # as a shell reports it: 128+N when signal N killed the command
     forced: bool = False  # errmap killed it after a second Ctrl-C
+    interrupted: bool = False  # the user pressed Ctrl-C while it ran
 
 
 def silence(fd: int) -> None:
@@ -247,9 +248,7 @@ def run_command(
                 pipe.close()
     feed(triage, scanner.finish(), on_new)
     source.lines = scanner.lineno - (1 if last == b"\n" else 0)
-    if status < 0:
-        return Outcome(128 - status, signals.forced)
-    return Outcome(status)
+    return Outcome(128 - status if status < 0 else status, signals.forced, signals.interrupts > 0)
 
 
 def _pump(proc: subprocess.Popen, streams: list[_Stream], keys_to: int | None, saved: list | None,

@@ -22,6 +22,7 @@ from errmap.scan.source import InputError, Source
 from errmap.scan.triage import Incident, Residue, Triage
 
 JSON_VERSION = 1
+INTERRUPTED = 128 + signal.SIGINT  # the exit status of a run the user stopped with Ctrl-C, as shells report it
 
 
 def docs_url(errno: int) -> str | None:
@@ -129,6 +130,7 @@ class Report:
     extra: dict[str, Any] = field(default_factory=dict)  # per-errno additions, e.g. probe verdicts
     status: int | None = None  # `errmap run`: the command's exit status (128+N for signal N)
     forced: bool = False  # `errmap run` killed the command itself, after a second Ctrl-C
+    interrupted: bool = False  # `errmap run`: the user pressed Ctrl-C (or SIGINT came) before the command ended
     exits: dict[str, tuple[int, str]] = field(default_factory=dict)  # signal -> (errno, says): KB.exit_causes()
     probed_gpu: GPU | None = None  # this machine's GPU as --probe read it: wins over what the logs say
     probed_versions: dict[str, str] = field(default_factory=dict)  # package -> release installed here, as --probe read it
@@ -141,6 +143,8 @@ class Report:
         out: dict[str, Any] = {"status": self.status}
         if self.status > 128 and (self.status - 128) in signal.valid_signals():
             out["signal"] = signal.Signals(self.status - 128).name
+        if self.interrupted or out.get("signal") == "SIGINT":
+            out["interrupted"] = True
         if self.forced:
             out["killed_by_errmap"] = True
         elif out.get("signal") in self.exits and not self.triage.incidents:
@@ -190,9 +194,13 @@ class Report:
         return gpus.from_log(incidents, [(f, *t.gpus[f]) for f in dict.fromkeys(files) if f in t.gpus])
 
     def exit_code(self) -> int:
+        """0 no error found, 1 errors diagnosed, 2 an input unread; 130 (as a shell says a Ctrl-C) a run the user
+        interrupted, with no error before it."""
         if self.errors:
             return 2
-        return 1 if self.triage.incidents or self.triage.residue else 0
+        if self.triage.incidents or self.triage.unrecognized():
+            return 1
+        return INTERRUPTED if self.triage.interrupted() else 0
 
     def to_json(self) -> dict[str, Any]:
         sources = []
@@ -217,4 +225,5 @@ class Report:
             "omitted": {"diagnoses": [{"errno": n, "lines": c} for n, c in sorted(self.triage.more.items())],
                         "unrecognized_lines": self.triage.more_residue},
             **({"command": cmd} if (cmd := self.command()) else {}),
+            **({"interrupted": evidence_json(i.first) | {"count": i.count}} if (i := self.triage.interrupted()) else {}),
         }

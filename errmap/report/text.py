@@ -17,7 +17,7 @@ from errmap.report.contract import Report, evidence_json, link_state
 from errmap.report.i18n import _, ngettext, pad
 from errmap.report.layout import block, row
 from errmap.scan.lines import printable
-from errmap.scan.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Triage
+from errmap.scan.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 
 
 SHOWN_TEXT = 300  # characters of an evidence line shown in text output
@@ -155,7 +155,11 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     scanned = (ngettext("{n} file", "{n} files", len(read)).format(n=len(read)) + _(", ")
                + ngettext("{lines:,} line", "{lines:,} lines", lines).format(lines=lines))
     cmd = report.command()
-    if cmd and cmd["status"]:
+    stopped = report.triage.interrupted()
+    if cmd and cmd.get("interrupted") and not cmd.get("killed_by_errmap"):
+        block(con, "", f"[bold yellow]{_('Interrupted (Ctrl-C)')}[/]"
+              + escape(_(": the command ended with status {status}.").format(status=cmd["status"])))
+    elif cmd and cmd["status"]:
         how = "" if "signal" not in cmd else (_(" (killed by {signal} after a second Ctrl-C)") if cmd.get("killed_by_errmap")
                                               else _(" (killed by {signal})")).format(signal=cmd["signal"])
         known = _("; no known cause in its output") if not ranked else ""
@@ -172,7 +176,9 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
               ngettext("{n} input could not be read", "{n} inputs could not be read", n).format(n=n) + also)
         return
     if not ranked and not residue:
-        if not (cmd and cmd["status"]):
+        if stopped is not None and not cmd:
+            _print_interrupted(con, stopped, f"[dim]{aside(scanned + _('; ') + _('no error before it'))}[/]")
+        elif not (cmd and cmd["status"]):
             block(con, "", f"[green]{_('No error found')}[/][dim]{aside(scanned)}[/]")
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
@@ -219,9 +225,18 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             block(con, "   ", seen) if verbose or not tops else row(con, f"   {seen}")  # one row beside diagnoses
         if len(shown) < len(residue):
             block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(shown))}[/]")
+    if stopped is not None and not cmd:
+        _print_interrupted(con, stopped)
     _print_omitted(con, report.triage)
     if len(tops) > 1 and not verbose and not summary:
         block(con, "", f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
+
+
+def _print_interrupted(con: Console, stopped: Residue, after: str = "") -> None:
+    """A log's run that its user stopped (KeyboardInterrupt): said as such, never as an unknown error."""
+    where = escape(_where(evidence_json(stopped.first)))
+    block(con, "", f"[bold yellow]{_('Interrupted (Ctrl-C)')}[/]"
+          + escape(_(": the run was stopped by its user (KeyboardInterrupt at {where})").format(where=where)) + after)
 
 
 def _print_omitted(con: Console, triage: Triage) -> None:

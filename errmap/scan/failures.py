@@ -19,7 +19,7 @@ from errmap.scan.events import Unrecognized
 from errmap.scan.lines import Line
 
 # The literals that select the lines the shapes below may match (stage one).
-GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Python error", "core dumped",
+GENERIC_LITERALS = ["Error", "Exception", "KeyboardInterrupt", "terminate called after", "Fatal Python error", "core dumped",
                     "Segmentation fault", "Bus error", "Illegal instruction", "Received signal", ") received by PID",
                     "fatal error:", ": ERROR ", "CUDA error: ", "HIP error: ", "NCCL WARN ",
                     # a lowercased or uppercased paste ("valueerror: ...", "RUNTIMEERROR: ..."), a command line's
@@ -28,7 +28,8 @@ GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Pytho
                     "bus error", "illegal hardware instruction", "floating point exception"]
 
 # The last line of a Python traceback (any exception type, also bare `Exception:`/`Error:` and a lowercased or
-# uppercased paste of one), PyTorch's "Error(s) in loading state_dict", a C++ terminate, a fatal interpreter error,
+# uppercased paste of one; KeyboardInterrupt, a user's Ctrl-C (INTERRUPT), which triage keeps apart from failures),
+# PyTorch's "Error(s) in loading state_dict", a C++ terminate, a fatal interpreter error,
 # a process killed by a signal (as the shell (zsh in lower case, after "zsh: " or, for a job, "[1]    18472 "), the
 # interpreter or torchrun reports it), a compiler's fatal error, a
 # tool's "name: ERROR" line, a command line's "prog: error: ..." (argparse's parser.error, srun, gcc), NCCL's report
@@ -37,6 +38,7 @@ GENERIC_LITERALS = ["Error", "Exception", "terminate called after", "Fatal Pytho
 # thread closes its connections). Matched at the start of a line's text (after its prefixes).
 GENERIC = regex.compile(
     r"^(?:(?:[A-Za-z_]\w*\.)*(?P<type>(?:[A-Z]\w*)?(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?(?::\s?(?P<message>.*))?"
+    r"|(?P<type>KeyboardInterrupt)(?::\s?(?P<message>.*))?"
     r"|(?:[a-z_][a-z0-9_]*\.)*(?P<type>[a-z_][a-z0-9_]*(?:error|exception)): ?(?P<message>\S.*)"
     r"|(?:[A-Z_][A-Z0-9_]*\.)*(?P<type>[A-Z_][A-Z0-9_]*(?:ERROR|EXCEPTION)): ?(?P<message>\S.*)"
     r"|(?P<type>Error\(s\)) (?P<message>in .+)"
@@ -67,6 +69,8 @@ RAISED = regex.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|
 # often a handled error quoted in a warning ("falling back because of ImportError: ...").
 QUOTED = regex.compile(r"[^\x00-\x7f]\s*(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:Error|Exception))(?:\((?P<inner>[\w.]+)\))?: (?P<message>.*)$")
 CAUGHT = regex.compile(r"Caught (\w+) in ")
+# The exception Python raises on Ctrl-C (SIGINT): a run the user stopped, not a failure.
+INTERRUPT = "KeyboardInterrupt"
 
 # Weak shapes: launchers' reports that a child failed or was killed, at whatever level they are logged. DeepSpeed's
 # launcher (deepspeed/launcher/launch.py sigkill_handler) logs "Killing subprocess N" at INFO for each rank when one

@@ -18,6 +18,7 @@ import regex
 from errmap.kb.model import Entry
 from errmap.scan.lines import Line
 from errmap.scan.events import Event, GpuNamed, Match, Named, Release, Unrecognized
+from errmap.scan.failures import INTERRUPT
 from errmap.scan.runs import ray_own
 
 MAX_EVIDENCE = 5
@@ -117,6 +118,11 @@ class Residue:
     inner: str | None = None
     count: int = 0
     weak: bool = False  # of a weak shape (failures.py): shown only where nothing stronger is
+
+    @property
+    def interrupt(self) -> bool:
+        """A user's Ctrl-C (KeyboardInterrupt): how the run ended, not a failure."""
+        return self.type == INTERRUPT
 
 
 @dataclass
@@ -229,14 +235,20 @@ class Triage:
         return [x for r in top for x in (r, *_descendants(r))] + loose
 
     def unrecognized(self) -> list[Residue]:
-        """Residue in order, without wrappers (`RayTaskError(KeyError): ...`) whose wrapped error was diagnosed."""
+        """Residue in order, without wrappers (`RayTaskError(KeyError): ...`) whose wrapped error was diagnosed, nor
+        a user's interrupts (`interrupted`)."""
         diagnosed = {t for inc in self.incidents.values() for line in inc.evidence for t in _TYPE_COLON.findall(line.text)}
-        # weak shapes are evidence only where nothing else is
+        # weak shapes are evidence only where nothing else is (a launcher killing its ranks on Ctrl-C says no more)
         weak = not self.incidents and all(r.weak for r in self.residue.values())
         return sorted(
-            (r for r in self.residue.values() if (weak or not r.weak) and not (r.inner and r.inner.rsplit(".", 1)[-1] in diagnosed)),
+            (r for r in self.residue.values() if (weak or not r.weak) and not r.interrupt
+             and not (r.inner and r.inner.rsplit(".", 1)[-1] in diagnosed)),
             key=lambda r: r.order,
         )
+
+    def interrupted(self) -> Residue | None:
+        """The first sign that a user stopped the run with Ctrl-C (a traceback ending in KeyboardInterrupt)."""
+        return min((r for r in self.residue.values() if r.interrupt), key=lambda r: r.order, default=None)
 
 
 def _under(inc: Incident, ancestor: Incident) -> bool:
