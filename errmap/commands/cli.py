@@ -202,8 +202,8 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
     the log has named so far)."""
 
     def on_new(item: Incident | Residue) -> None:
-        if fmt == "json" or isinstance(item, Residue) and item.interrupt:
-            return  # one JSON document at the end; a user's Ctrl-C is said in the summary
+        if fmt == "json" or isinstance(item, Residue) and (item.interrupt or report.triage.ended(item) is not None):
+            return  # one JSON document at the end; a user's Ctrl-C, a known failure's abort: said in the summary
         if isinstance(item, Residue):
             if fmt == "jsonl":
                 out.file.write(jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")

@@ -154,10 +154,15 @@ class Report:
     def ranked(self) -> list[tuple[Incident, dict[str, Any]]]:
         out = []
         of_run: dict[str, GPU | None] = {}
+        aborts: dict[int, list[Residue]] = {}  # incident id -> the abort lines of its process (Triage.ended)
+        for r in sorted(self.triage.residue.values(), key=lambda r: r.order):
+            if (ended := self.triage.ended(r)) is not None:
+                aborts.setdefault(id(ended), []).append(r)
         for inc in self.triage.ranked():
             if inc.run not in of_run:
                 of_run[inc.run] = self.gpu(inc.run)
             d = diagnose(inc, self.framework(inc.files), of_run[inc.run], self.versions(inc.run))
+            d["aborts"] = [evidence_json(r.first) | {"count": r.count} for r in aborts.get(id(inc), ())]
             d.update(self.extra.get(inc.fingerprint, {}))
             out.append((inc, d))
         return out

@@ -221,8 +221,11 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         block(con, "", f"[bold]{label}[/][dim]{aside(str(len(residue)))}[/]")
         for r in shown:
             count = f"[dim]{aside(_('{n}x').format(n=r.count))}[/]" if r.count > 1 else ""
-            seen = f"[cyan]{escape(_where(evidence_json(r.first)))}[/]{count}  {escape(r.first.text.strip()[:SHOWN_TEXT])}"
-            block(con, "   ", seen) if verbose or not tops else row(con, f"   {seen}")  # one row beside diagnoses
+            text = escape(r.first.text.strip()[:SHOWN_TEXT])
+            if verbose or not tops:
+                block(con, "   ", f"[cyan]{escape(_where(evidence_json(r.first)))}[/]{count}  {text}")
+            else:  # one row beside diagnoses: the file and line, not the process, before the message (-v names it)
+                row(con, f"   [cyan]{escape(r.first.path)}:{r.first.lineno}[/]{count}  {text}")
         if len(shown) < len(residue):
             block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(shown))}[/]")
     if stopped is not None and not cmd:

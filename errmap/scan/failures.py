@@ -71,6 +71,16 @@ QUOTED = regex.compile(r"[^\x00-\x7f]\s*(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z]\w*(?:E
 CAUGHT = regex.compile(r"Caught (\w+) in ")
 # The exception Python raises on Ctrl-C (SIGINT): a run the user stopped, not a failure.
 INTERRUPT = "KeyboardInterrupt"
+# How a process aborts once it has failed (GENERIC's types): a C++ terminate (its "what():" line follows; PyTorch's NCCL
+# watchdog ends a process so, ProcessGroupNCCL.cpp), the interpreter's "Fatal Python error: Aborted" on the SIGABRT
+# that follows, the shell's and torchrun's report of that signal. Beside a failure known in the same process, they are
+# its consequences (triage), not errors of their own.
+ABORTS = frozenset({"terminate", "Aborted", "abort", "Signal 6 (SIGABRT)", "Received signal 6"})
+
+
+def aborting(type_: str, message: str) -> bool:
+    """Whether an unrecognized failure is a process's abort (ABORTS)."""
+    return type_ in ABORTS or type_ == "Fatal Python error" and message.startswith("Aborted")
 
 # Weak shapes: launchers' reports that a child failed or was killed, at whatever level they are logged. DeepSpeed's
 # launcher (deepspeed/launcher/launch.py sigkill_handler) logs "Killing subprocess N" at INFO for each rank when one

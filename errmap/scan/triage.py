@@ -18,7 +18,7 @@ import regex
 from errmap.kb.model import Entry
 from errmap.scan.lines import Line
 from errmap.scan.events import Event, GpuNamed, Match, Named, Release, Unrecognized
-from errmap.scan.failures import INTERRUPT
+from errmap.scan.failures import INTERRUPT, aborting
 from errmap.scan.runs import ray_own
 
 MAX_EVIDENCE = 5
@@ -123,6 +123,11 @@ class Residue:
     def interrupt(self) -> bool:
         """A user's Ctrl-C (KeyboardInterrupt): how the run ended, not a failure."""
         return self.type == INTERRUPT
+
+    @property
+    def abort(self) -> bool:
+        """A process's abort (failures.ABORTS): the end of a failure, not one of its own where one is known."""
+        return aborting(self.type, self.message)
 
 
 @dataclass
@@ -242,9 +247,20 @@ class Triage:
         weak = not self.incidents and all(r.weak for r in self.residue.values())
         return sorted(
             (r for r in self.residue.values() if (weak or not r.weak) and not r.interrupt
-             and not (r.inner and r.inner.rsplit(".", 1)[-1] in diagnosed)),
+             and not (r.inner and r.inner.rsplit(".", 1)[-1] in diagnosed) and self.ended(r) is None),
             key=lambda r: r.order,
         )
+
+    def ended(self, r: Residue) -> Incident | None:
+        """The known failure whose process an abort line (Residue.abort) ends: the earliest incident of the same run
+        with evidence from the same file and process (its pid, actor, rank and host, as far as the line names them)."""
+        if not r.abort:
+            return None
+        line, run = r.first, self.runs.get(r.first.path, "")
+        same = lambda e: e.path == line.path and all(  # noqa: E731
+            getattr(line, k) is None or getattr(e, k) == getattr(line, k) for k in ("pid", "actor", "rank", "host"))
+        return min((i for i in self.incidents.values() if i.run == run and any(same(e) for e in i.evidence)),
+                   key=lambda i: i.order, default=None)
 
     def interrupted(self) -> Residue | None:
         """The first sign that a user stopped the run with Ctrl-C (a traceback ending in KeyboardInterrupt)."""
