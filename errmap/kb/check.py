@@ -80,18 +80,17 @@ def check(user_dirs: list[Path]) -> list[str]:
     env = [Path(p) for p in os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep) if p]
     folders = [(kbfiles.official_dir(), kbmodel.OFFICIAL_RANGE), *((d, kbmodel.USER_RANGE) for d in [*user_dirs, *env])]
     entries: dict[int, kbmodel.Entry] = {}
+    files: dict[int, Path] = {}
     zh: dict[int, translations.Text] = {}
     problems: list[str] = []
     for folder, allowed in folders:
         if not folder.is_dir():
             problems.append(f"{folder}: not a folder")
             continue
-        found, bad = kbmod.load_dir(folder, allowed)
-        problems += bad
-        for errno in found.keys() & entries.keys():
-            problems.append(f"{folder}: errno {errno} defined twice")
-        entries.update(found)
-        zh.update(kbmod.load_translations(folder, found, problems))
+        where: dict[int, Path] = {}
+        found, bad = kbmod.load_dir(folder, allowed, where)
+        problems += bad + kbmod.merge(entries, files, found, where)
+        zh.update({n: t for n, t in kbmod.load_translations(folder, found, problems).items() if files[n] == where[n]})
     problems += kbmod.cross_check(entries)
     problems += predict.read_defaults(kbfiles.official_dir() / predict.DEFAULTS_FILE)[1]
     problems += gpu_table_problems(kbfiles.official_dir() / gpus.TABLE)

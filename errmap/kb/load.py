@@ -2,7 +2,7 @@
 
 Loading never executes anything from YAML (safe loader only) and every problem names its file
 and line, so a broken entry is as easy to fix as a compiler error. Validated entries are cached as
-JSON, keyed by the names, sizes and times of the KB files, so a run whose KB did not change reads
+JSON (kb/cache.py), keyed by the hash of the KB files' bytes, so a run whose KB did not change reads
 one file and imports neither YAML parsing nor pydantic.
 """
 
@@ -11,13 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from errmap.kb.files import KBError, Loader, line_map, line_of, official_dir, parse, read
+from errmap.kb import cache
+from errmap.kb.files import MAX_FILE, KBError, Loader, line_map, line_of, official_dir, parse, read
 from errmap.kb.model import KB, OFFICIAL_RANGE, USER_RANGE, Entry
 
 
@@ -52,8 +54,10 @@ def load_entry(path: Path, allowed: range = OFFICIAL_RANGE) -> Entry:
     return entry
 
 
-def load_dir(folder: Path, allowed: range) -> tuple[dict[int, Entry], list[str]]:
+def load_dir(folder: Path, allowed: range, files: dict[int, Path] | None = None) -> tuple[dict[int, Entry], list[str]]:
+    """A folder's entries by errno, and its problems; `files` gets each entry's file."""
     entries: dict[int, Entry] = {}
+    where: dict[int, Path] = {} if files is None else files
     problems: list[str] = []
     for path in sorted(folder.glob("[0-9]*.y*ml")):  # entries are <errno>-<slug>.yaml; glossary.yaml is not one
         try:
@@ -65,10 +69,22 @@ def load_dir(folder: Path, allowed: range) -> tuple[dict[int, Entry], list[str]]
             problems.append(f"{path}:1: cannot load: {type(exc).__name__}: {exc}"[:500])
             continue
         if entry.errno in entries:
-            problems.append(f"{path}:1: errno {entry.errno} defined twice")
+            problems.append(f"{path}:1: errno {entry.errno} defined twice (first in {where[entry.errno]})")
             continue
         entries[entry.errno] = entry
+        where[entry.errno] = path
     return entries, problems
+
+
+def merge(entries: dict[int, Entry], files: dict[int, Path], found: dict[int, Entry], where: dict[int, Path]) -> list[str]:
+    """Add one folder's entries (`found`, from the files `where`) to those of the folders before it (`entries`,
+    from `files`). The first folder given defines a code: each later definition is a problem naming both files."""
+    problems = [f"{where[n]}:1: errno {n} is already defined in {files[n]}; the first folder given wins, this file is not used"
+                for n in sorted(found.keys() & entries.keys())]
+    for n, entry in found.items():
+        if n not in entries:
+            entries[n], files[n] = entry, where[n]
+    return problems
 
 
 def cross_check(entries: dict[int, Entry]) -> list[str]:
@@ -101,65 +117,44 @@ def cross_check(entries: dict[int, Entry]) -> list[str]:
     return problems
 
 
-CACHE_VERSION = 5
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ERRMAP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "errmap"
-    ))
-
-
-def write_cache(path: Path, data: bytes) -> bool:
-    """Write a cache file whole or not at all (a reader never sees half of it); False where the home is read-only."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        return False
-
-
-def _cache_file(folders: list[tuple[Path, range]]) -> Path | None:
-    """Where the validated KB of exactly these files is cached; None when there is nowhere to put it."""
-    base = cache_dir()
-    code = [Path(__file__).with_name(f) for f in ("load.py", "model.py", "schema.py", "translations.py")]
-    h = hashlib.sha256(f"{CACHE_VERSION} {[p.stat().st_mtime_ns for p in code]}".encode())
-    for folder, allowed in folders:
-        h.update(f"|{folder.resolve()}:{allowed.start}".encode())
-        try:
-            names = sorted(os.scandir(folder), key=lambda d: d.name)
-        except OSError:
-            continue
-        try:  # the Chinese sidecars in <folder>/zh/ too
-            names += sorted(os.scandir(folder / "zh"), key=lambda d: d.name)
-        except OSError:
-            pass
-        for d in names:
-            if d.name.endswith((".yaml", ".yml")):
-                try:
-                    st = d.stat()
-                except OSError:  # a dangling or looping link: load() reports it
-                    h.update(f"/{d.path}:?".encode())
-                    continue
-                h.update(f"/{d.path}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return Path(base) / f"kb-{h.hexdigest()[:24]}.json"
-
-
+CACHE_VERSION = 6
 CACHE_KEEP = 8  # cached KB states kept (one per set of KB files); older ones are removed
 
 
-def _prune(cache: Path) -> None:
-    """Remove all but the CACHE_KEEP newest cached KB states beside `cache`."""
-    states = sorted(cache.parent.glob("kb-*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    for old in states[CACHE_KEEP:]:
-        old.unlink(missing_ok=True)
+def _key(folders: list[tuple[Path, range]]) -> str:
+    """The hash of what a validated KB is built from: the bytes of these folders' KB files (their Chinese
+    sidecars in <folder>/zh/ too) and of the code that reads them. An edit that keeps a file's size and time
+    (`cp -p`, `rsync -t`, `touch -r`) changes it."""
+    h = hashlib.sha256(f"{CACHE_VERSION}".encode())
+    for code in ("load.py", "model.py", "schema.py", "translations.py"):
+        h.update(Path(__file__).with_name(code).read_bytes())
+    for folder, allowed in folders:
+        h.update(f"|{folder.resolve()}:{allowed.start}".encode(errors="surrogateescape"))
+        for sub in (folder, folder / "zh"):
+            try:
+                names = sorted(d.name for d in os.scandir(sub) if d.name.endswith((".yaml", ".yml")))
+            except OSError:
+                continue
+            for name in names:
+                h.update(f"/{sub}/{name}:".encode(errors="surrogateescape") + _digest(sub / name))
+    return h.hexdigest()
+
+
+def _digest(path: Path) -> bytes:
+    """The hash of a KB file's bytes (as much as `read` takes); b'?' for what is no regular file (load reports it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO does not block here
+    except OSError:
+        return b"?"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return b"?"
+        return hashlib.sha256(f.read(MAX_FILE + 1)).digest()
 
 
 def load(extra: list[Path] | None = None) -> KB:
-    """The official KB plus user folders (`extra`, ERRMAP_KB_PATH).
+    """The official KB plus user folders (`extra`, then ERRMAP_KB_PATH's); a code defined in two folders is the
+    first one's, and the other definition a warning.
 
     Never fatal: an entry that does not validate is skipped and reported in `warnings`, so one bad
     file costs its own code and nothing else. `errmap kb check` is the strict gate.
@@ -167,9 +162,9 @@ def load(extra: list[Path] | None = None) -> KB:
     env = os.environ.get("ERRMAP_KB_PATH", "")
     folders = [(official_dir(), OFFICIAL_RANGE)]
     folders += [(f, USER_RANGE) for f in [*(extra or []), *(Path(p) for p in env.split(os.pathsep) if p)]]
-    cache = _cache_file(folders)
+    key = _key(folders)
     try:
-        cached = json.loads(cache.read_text())
+        cached = json.loads(cache.read("kb", key) or b"")
         from errmap.kb.translations import Text
 
         return KB({e["errno"]: Entry.from_dict(e) for e in cached["entries"]}, tuple(cached["warnings"]),
@@ -177,21 +172,21 @@ def load(extra: list[Path] | None = None) -> KB:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     entries: dict[int, Entry] = {}
+    files: dict[int, Path] = {}
     warnings: list[str] = []
     zh: dict[int, Any] = {}
     for folder, allowed in folders:
         if not folder.is_dir():
             warnings.append(f"{folder}: not a folder; knowledge base skipped")
             continue
-        found, bad = load_dir(folder, allowed)
-        warnings += bad
-        entries.update(found)
-        zh.update(load_translations(folder, found, warnings))
+        where: dict[int, Path] = {}
+        found, bad = load_dir(folder, allowed, where)
+        warnings += bad + merge(entries, files, found, where)
+        zh.update({n: t for n, t in load_translations(folder, found, warnings).items() if files[n] == where[n]})
     warnings += cross_check(entries)
     doc = {"entries": [e.to_dict() for e in entries.values()], "warnings": warnings,
            "zh": {n: asdict(t) for n, t in zh.items()}}
-    if write_cache(cache, json.dumps(doc).encode()):  # a read-only home: run without a cache
-        _prune(cache)
+    cache.write("kb", key, json.dumps(doc).encode(), keep=CACHE_KEEP)  # a read-only home: run without a cache
     return KB(entries, tuple(warnings), zh)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import regex
 
 from errmap.kb import gpus, versions
-from errmap.kb.load import cache_dir, write_cache
+from errmap.kb import cache
 from errmap.kb.model import KB, USER_RANGE, Anchor, Entry, message_regex
 from errmap.kb.stacks import LITERALS as STACK_LITERALS
 from errmap.scan import failures
@@ -137,7 +137,7 @@ class Matcher:
         except HyperscanError:  # find the patterns Hyperscan refuses, one by one
             table = self._table(anchors, checked=True)
             self.supersets = Hyperscan([p.encode("latin-1") for p, _ in table], literal=False)
-            write_cache(self._cache_path("supersets"), json.dumps(table).encode())
+            cache.write("supersets", self._fingerprint, json.dumps(table).encode())
         self.superset_ids = [i for _, i in table]
         self.gate = set(self.superset_ids) - {REWRITTEN_ID}
 
@@ -149,18 +149,14 @@ class Matcher:
             h.update(Path(code).read_bytes())
         return h.hexdigest()[:24]
 
-    def _cache_path(self, name: str) -> Path:
-        return cache_dir() / f"{name}-{self._fingerprint}.json"
-
     def _cached(self, name: str, built: Callable[[], list]) -> list:
         """A list built from the anchors, read from the cache beside the KB's, or built and written there (a
         read-only home: built each time)."""
-        path = self._cache_path(name)
         try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
+            return json.loads(cache.read(name, self._fingerprint) or b"")
+        except ValueError:
             value = built()
-            write_cache(path, json.dumps(value).encode())
+            cache.write(name, self._fingerprint, json.dumps(value).encode())
             return value
 
     def _digit_bound(self) -> list[int]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 
 class AhoCorasick:
@@ -76,35 +75,35 @@ class Hyperscan:
         return found
 
 
-def _db_file(literals: list[bytes]) -> Path:
-    """The compiled database of exactly these literals (so of one KB's content), for this hyperscan."""
+def _db_key(literals: list[bytes]) -> str:
+    """The key of the compiled database of exactly these literals (so of one KB's content), for this hyperscan."""
     import hyperscan
-
-    from errmap.kb.load import cache_dir
 
     h = hashlib.sha256(hyperscan.__version__.encode())  # a database is tied to the library that built it
     for lit in literals:
         h.update(len(lit).to_bytes(4, "little") + lit)
-    return cache_dir() / f"hs-{h.hexdigest()[:24]}.db"
+    return h.hexdigest()
 
 
 def _cached(literals: list[bytes]):
     import hyperscan
 
+    from errmap.kb import cache
+
     try:
-        db = hyperscan.loadb(_db_file(literals).read_bytes(), hyperscan.HS_MODE_BLOCK)
+        db = hyperscan.loadb(cache.read("hs", _db_key(literals), ".db") or b"", hyperscan.HS_MODE_BLOCK)
         db.scratch = hyperscan.Scratch(db)  # a loaded database comes without one
         return db
-    except (OSError, hyperscan.HyperscanError):
+    except hyperscan.HyperscanError:
         return None
 
 
 def _store(literals: list[bytes], db) -> None:
     import hyperscan
 
-    from errmap.kb.load import write_cache
+    from errmap.kb import cache
 
-    write_cache(_db_file(literals), hyperscan.dumpb(db))  # a read-only home: compile each time
+    cache.write("hs", _db_key(literals), hyperscan.dumpb(db), ".db")  # a read-only home: compile each time
 
 
 class HyperscanError(Exception):
