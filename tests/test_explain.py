@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -80,9 +81,41 @@ def test_explain_a_whole_log_line_with_its_prefix():
 
 
 def test_explain_a_few_words_finds_the_closest_entry():
-    proc = errmap("explain", "no kernel image")
+    proc = errmap("explain", "kernel image missing")
     assert proc.returncode == 0 and proc.stdout.decode().startswith("1001 ")
     assert "closest by its words is 1001" in proc.stderr.decode()
+
+
+def test_a_slug_written_with_spaces_is_that_code():
+    for query in ("nccl error", "No Kernel Image"):
+        proc = errmap("explain", "--format", "json", query)
+        assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert json.loads(errmap("explain", "--format", "json", "nccl error").stdout)["errno"] == 1026
+
+
+@pytest.mark.parametrize("query,codes", [
+    ("NCCL", {1025, 1026, 1027, 1028}),  # every code its slug names, none that only mentions NCCL
+    ("nccl", {1025, 1026, 1027, 1028}),
+    ("vllm", {1018, 1019, 1020, 1023, 1040, 1047}),  # codes about vLLM's engine; three of them
+])
+def test_a_name_suggests_the_codes_about_it(query, codes):
+    proc = errmap("explain", query)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "did you mean" in err, err
+    suggested = {int(code) for code in re.findall(r"\b(1\d{3}) ", err.split("did you mean")[1])}
+    assert suggested <= codes and len(suggested) >= min(3, len(codes)), err
+    if query.lower() == "nccl":
+        assert suggested == codes, err
+
+
+def test_a_pasted_line_is_read_as_scan_reads_it():
+    """Ray's prefix (and ANSI colour around it) comes off as scan takes it off, before the words are weighed."""
+    words = "watchdog caught collective operation timeout"
+    bare = errmap("explain", "--format", "json", words)
+    for pasted in (f"(RayWorker pid=123, ip=10.0.0.1) {words}", f"\x1b[36m(RayWorker pid=123, ip=10.0.0.1)\x1b[0m {words}"):
+        proc = errmap("explain", "--format", "json", pasted)
+        assert proc.returncode == 0 and json.loads(proc.stdout)["errno"] == 1025, proc.stderr
+        assert proc.stderr == bare.stderr
 
 
 @pytest.mark.parametrize("query,hint", [("cuda-om", "did you mean 1017 cuda-oom"), ("oom", "1021 host-oom"),

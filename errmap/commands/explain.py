@@ -18,6 +18,7 @@ from errmap.report.contract import docs_url, link_state
 from errmap.report.text import aside, escape, lead  # escape: rich markup and terminal escapes
 from errmap.report.i18n import _, pad
 from errmap.report.layout import block, row
+from errmap.scan.lines import peel, printable
 
 
 # ---------------------------------------------------------------- finding the entry
@@ -50,6 +51,8 @@ def start_of_message(query: str, kb: KB) -> Entry | None:
 
 
 WORDS_NEEDED = 0.6  # the share of a query's weight an entry's words must hold to be shown as its answer
+SUGGESTED = 3  # codes a query that names none is shown, unless more are named by all its words (up to NAMED)
+NAMED = 5
 
 
 def _words(value: str) -> list[str]:
@@ -57,18 +60,45 @@ def _words(value: str) -> list[str]:
     return [w for w in out if len(w) >= 2 and not w.isdigit()]
 
 
+def _name(e: Entry) -> set[str]:
+    return set(_words(e.title)) | set(e.slug.split("-"))
+
+
+def _anchor_words(e: Entry) -> list[set[str]]:
+    """Each message's words, with the projects whose source prints it (`vllm` of vllm-project/vllm)."""
+    return [set(search_words(e, anchors=[a])) | {w for repo, _path, _v in a.sites for w in _words(repo.split("/")[-1])} for a in e.anchors]
+
+
 def by_words(query: str, kb: KB) -> list[tuple[float, Entry]]:
     """Entries by the share of the query's words (each weighed by its rarity in the KB) that their
-    title, slug and messages hold; a query word counts when it begins one of theirs, as in the site's search."""
+    title, slug, messages and the projects printing them hold; a query word counts when it begins one of theirs, as in
+    the site's search. Among equal shares, the entry most about those words comes first: named by them (title, slug),
+    said in its summary, and held by more of its messages."""
     import math
 
-    vocab = {e.errno: set(search_words(e)) | set(_words(e.title)) | set(e.slug.split("-")) for e in kb}
+    def holds(words: set[str], w: str) -> bool:
+        return any(x.startswith(w) for x in words)
+
+    anchors = {e.errno: _anchor_words(e) for e in kb}
+    vocab = {e.errno: _name(e) | set().union(*anchors[e.errno]) for e in kb}
     words = list(dict.fromkeys(_words(query)))
-    has = {w: {n for n, v in vocab.items() if any(x.startswith(w) for x in v)} for w in words}
+    has = {w: {n for n, v in vocab.items() if holds(v, w)} for w in words}
     weight = {w: math.log((len(vocab) + 1) / (len(has[w]) + 0.5)) for w in words}
     total = sum(weight.values()) or 1.0
-    scored = [(sum(weight[w] for w in words if e.errno in has[w]) / total, e) for e in kb]
-    return sorted((x for x in scored if x[0] > 0), key=lambda x: (-x[0], x[1].errno))
+
+    def about(e: Entry) -> float:
+        msgs = anchors[e.errno]
+        return sum(2 * holds(_name(e), w) + holds(set(_words(e.summary)), w)
+                   + (sum(holds(m, w) for m in msgs) / len(msgs) if msgs else 0) for w in words)
+
+    scored = [(sum(weight[w] for w in words if e.errno in has[w]) / total, about(e), e) for e in kb]
+    return [(share, e) for share, _about, e in sorted((x for x in scored if x[0] > 0), key=lambda x: (-x[0], -x[1], x[2].errno))]
+
+
+def read_as_scan(query: str) -> str:
+    """A pasted text's lines as scan reads them: terminal escapes and the prefixes of launchers and loggers (Ray's
+    `(Actor pid=…, ip=…)`, torchrun's `[rank0]:`, a timestamp and level) taken off, by scan's own `peel`."""
+    return "\n".join(peel("<query>", n, printable(line)).text for n, line in enumerate(query.splitlines() or [""], 1))
 
 
 def lookup(query: str, kb: KB, matcher) -> Found:
@@ -80,8 +110,8 @@ def lookup(query: str, kb: KB, matcher) -> Found:
     from errmap.scan.parallel import feed
     from errmap.scan.triage import Triage
 
-    if (e := kb.get(query)) is not None:
-        return Found(e, "code")
+    if (e := kb.get(query)) is not None or (e := kb.get(query.strip().lower().replace(" ", "-"))) is not None:
+        return Found(e, "code")  # a code, a slug, or a slug written with spaces ("nccl error")
     triage = Triage()
     feed(triage, scan_chunks(matcher, "<query>", [query.encode("utf-8", "replace") + b"\n"]))
     ranked = triage.ranked()
@@ -93,17 +123,20 @@ def lookup(query: str, kb: KB, matcher) -> Found:
         # a message no anchor matches whole was read cut short
         whole = any(a.folded.search(line) for a in found[0].anchors for line in query.splitlines())
         return Found(found[0], "message" if whole else "start", tuple(found[1:]))
-    if (e := start_of_message(query, kb)) is not None:
+    text = read_as_scan(query)
+    if (e := start_of_message(text, kb)) is not None:
         return Found(e, "start")
-    token = query.strip().lower()
+    token = text.strip().lower()
     if token and " " not in token:
         near = difflib.get_close_matches(token, [e.slug for e in kb], n=3, cutoff=0.6)
         if near:
             return Found(None, "", tuple(kb.get(s) for s in near))
-    scored = by_words(query, kb)
+    scored = by_words(text, kb)
     if scored and scored[0][0] >= WORDS_NEEDED and (len(scored) == 1 or scored[0][0] > scored[1][0]):
         return Found(scored[0][1], "words", tuple(e for score, e in scored[1:3] if score >= WORDS_NEEDED))
-    return Found(None, "", tuple(e for _, e in scored[:3]))
+    words = set(_words(text))
+    named = [e for _, e in scored if words and all(any(x.startswith(w) for x in _name(e)) for w in words)]
+    return Found(None, "", tuple(named[:NAMED] if len(named) > SUGGESTED else [e for _, e in scored[:SUGGESTED]]))
 
 
 def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> None:
