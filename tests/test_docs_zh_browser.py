@@ -22,7 +22,7 @@ def _zh_sections() -> list[str]:
 def test_1012_page_in_chinese_and_the_switch(browser, base_url, outside, name, viewport):
     with viewing(browser, base_url, outside, viewport) as page:
         page.goto(base_url + "/zh/errno/1012/index.html")
-        assert page.locator("h1").inner_text().startswith("1012 · Triton kernel 所需共享内存超过 GPU 上限")
+        assert page.locator("h1").inner_text().startswith("1012 · Triton kernel 所需 GPU 共享内存超过上限")
         titles = [t.strip().rstrip("¶").strip() for t in page.locator("article h2").all_inner_texts()]
         assert titles == _zh_sections()
         assert page.locator("article code", has_text="actor_rollout_ref.actor.use_torch_compile=False").count() >= 1

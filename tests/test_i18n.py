@@ -30,8 +30,8 @@ def test_scan_in_chinese_from_lang_and_english_unchanged():
     zh = errmap("scan", P40_LOG, env=ZH)
     out = zh.stdout.decode()
     assert zh.returncode == 1, zh.stderr.decode()
-    assert "1 条诊断" in out and "根因在前" in out and "所需共享内存超过 GPU 上限" in out
-    assert "每个线程块需要 65536 字节共享内存" in out and "只允许 49152 字节" in out  # captures filled in
+    assert "1 条诊断" in out and "根因在前" in out and "所需 GPU 共享内存超过上限" in out
+    assert "每个线程块需要 65536 字节 GPU 共享内存" in out and "只允许 49152 字节" in out  # captures filled in
     assert "`TORCHDYNAMO_DISABLE=1`" in out  # config keys stay verbatim
     en = errmap("scan", P40_LOG, env={**ZH, "LANG": "C.UTF-8"}).stdout.decode()
     assert "1 diagnosis" in en and "Triton kernel needs more shared memory than the GPU has" in en
@@ -71,7 +71,7 @@ def test_doctor_in_chinese_from_lang_and_english_unchanged():
     out = zh.stdout.decode()
     assert zh.returncode in (0, 1), zh.stderr.decode()
     assert out.startswith("环境（提交 issue 时贴上这一段）")
-    assert ("条警告：这套配置会遇到的错误码" in out and "errmap explain N 显示每个错误码的原因和修复方法。" in out) or "没有预见到已知的失败" in out
+    assert ("条警告：此配置会触发的错误码" in out and "errmap explain N 显示每个错误码的原因和修复方法。" in out) or "未发现此配置会触发的已知错误" in out
     en = errmap("doctor", "--", "trainer.n_gpus_per_node=8", env={**ZH, "LANG": "C.UTF-8"})
     text = en.stdout.decode()
     assert en.returncode == zh.returncode and text.startswith("Environment (paste this block into an issue)")
@@ -196,7 +196,7 @@ def test_run_says_how_the_command_ended_in_chinese():
 def test_explain_labels_in_chinese():
     out = errmap("explain", "1009", "--lang", "zh", env={"COLUMNS": "200"}).stdout.decode()
     lines = out.splitlines()
-    assert lines[0].endswith("· 根因") and "任何运行" in out and "\n    正则 " in out and "已确认的条件：" in out
+    assert lines[0].endswith("· 根因") and "通用" in out and "\n    正则 " in out and "已确认的条件：" in out
     assert "相关：" in out and "Any run" not in out and "pattern" not in out and "confirmed when" not in out
     assert "适用于： " not in out and "相关： " not in out and "适用于：" in out  # no space after a full-width colon
     assert "（仅适用于" in out and "(仅" not in out and "(不" not in out  # a step's GPU condition
@@ -208,7 +208,7 @@ def test_chinese_report_uses_full_width_parentheses_and_separators():
     out = errmap("scan", "--lang", "zh", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
     lines = out.splitlines()
     assert lines[0].startswith("1 条诊断（") and lines[0].endswith("；根因在前）") and "; " not in lines[0]
-    assert "失败（3 次；首次出现于 " in out and "另见知识库中没有的错误（1）" in out
+    assert "失败（3 次；首次出现于 " in out and "另外还出现（知识库未收录）（1）" in out
     many = errmap("scan", "--lang", "zh", str(ROOT / "fixtures" / "1017" / "verl-log-prob-oom.log"), env={"COLUMNS": "200"}).stdout.decode()
     assert re.search(r"（还有 \d+ 步）", many), many  # the steps left out, in full-width parentheses
     en = errmap("scan", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()

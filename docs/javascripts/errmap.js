@@ -1,8 +1,11 @@
 // Opened from the file system (file://) the theme's search cannot load its index: say so where
-// the search box and the page would otherwise leave the reader looking for it.
+// the search box and the page would otherwise leave the reader looking for it, in the site's language
+// (the <meta> the docs hook, errmap/commands/docs.py, writes from the message catalogue).
 (function () {
   if (location.protocol !== "file:") return;
-  var says = "Search needs the site served over HTTP: run `errmap docs serve` and open http://127.0.0.1:8000/";
+  var meta = document.querySelector('meta[name="errmap-no-search"]');
+  if (!meta) return;
+  var says = meta.content;
   function note() {
     var article = document.querySelector("article");
     if (article && !document.querySelector(".errmap-no-search")) {
@@ -12,7 +15,7 @@
       article.insertBefore(p, article.firstChild);
     }
     document.querySelectorAll(".md-search__input").forEach(function (box) {
-      box.placeholder = "Search needs errmap docs serve";
+      box.placeholder = meta.dataset.placeholder;
       box.title = says;
     });
   }

@@ -24,9 +24,9 @@ from errmap.report.i18n import _
 from errmap.probes.verify import probe_options
 from errmap.scan.matcher import Matcher
 from errmap.report.contract import Report, diagnose
-from errmap.report.text import escape, print_diagnosis, print_report
+from errmap.report.text import escape, print_diagnosis, print_report, source_name
 from errmap.scan.parallel import scan, scan_source
-from errmap.scan.source import InputError, Source, expand
+from errmap.scan.source import COMMAND_OUTPUT, InputError, Source, expand
 from errmap.scan.triage import Incident, Residue, Triage
 
 EXIT_INPUT = 2
@@ -208,8 +208,8 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
             if fmt == "jsonl":
                 out.file.write(jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")
             else:
-                layout.block(out, "[yellow]errmap: unrecognized error[/] ",
-                             f"[cyan]{escape(item.first.path)}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
+                layout.block(out, f"[yellow]errmap: {_('unrecognized error')}[/] ",
+                             f"[cyan]{escape(source_name(item.first.path))}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
         else:
             probed = extra(item) if extra is not None else {}
             d = diagnose(item, gpu=report.gpu(item.run), have=report.versions(item.run))
@@ -341,7 +341,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
 
     kb = _load_kb(kb_dirs, fmt)
     triage = Triage()
-    source = Source(log_path or "output")
+    source = Source(log_path or COMMAND_OUTPUT)
     report = Report([source], triage, exits=kb.exit_causes())
     file_fmt, fmt = fmt, "text" if report_path else fmt
 

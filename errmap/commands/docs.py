@@ -101,6 +101,8 @@ def _source(value: str) -> str:
 def example_html(example) -> str:
     """The example log as a raw HTML block, the matching line marked."""
     from errmap.commands.sections import Example
+    from errmap.report.i18n import _
+    from errmap.report.text import lead
 
     assert isinstance(example, Example)
     rows = []
@@ -108,21 +110,23 @@ def example_html(example) -> str:
         # The number is drawn by CSS from data-n, so copying the block copies the log alone.
         body = html.escape(line, quote=False) + "\n"
         if n == example.marked:
-            rows.append(f'<mark class="errmap-row errmap-hit" data-n="{n}" title="the line errmap matched">{body}</mark>')
+            rows.append(f'<mark class="errmap-row errmap-hit" data-n="{n}" title="{html.escape(_("the line errmap matched"))}">{body}</mark>')
         else:
             # On a phone only the nearest lines show: a wrapped traceback reads badly there.
             far = " errmap-far" if not -PHONE_BEFORE <= n - example.marked <= PHONE_AFTER else ""
             rows.append(f'<span class="errmap-row{far}" data-n="{n}">{body}</span>')
-    origin = {"recorded": "recorded from real software", "built": "the exact upstream message in output we produced"}
-    made = origin.get(example.origin, example.origin or "source not recorded")
-    details = "".join(f"<p><strong>{label}:</strong> {html.escape(value)}</p>"
-                      for label, value in (("How", example.how), ("Machine", example.machine)) if value)
+    origin = {"recorded": _("recorded from real software"), "built": _("the exact upstream message in output we produced")}
+    made = origin.get(example.origin, example.origin or _("source not recorded"))
+    details = "".join(f"<p><strong>{html.escape(lead(_(label)))}</strong>{prose(value)}</p>"
+                      for label, value in (("How:", example.how), ("Machine:", example.machine)) if value)
+    where = _("{path}, line {n}: {made}").format(path=f"<code>{html.escape(example.path)}</code>", n=example.marked,
+                                                  made=html.escape(made))
     return (
         '<div class="errmap-log">\n'
-        f'<p class="errmap-log-source"><code>{html.escape(example.path)}</code>, line {example.marked}: '
-        f"{html.escape(made)}</p>\n"
+        f'<p class="errmap-log-source">{where}</p>\n'
         '<pre><code>' + "".join(rows) + "</code></pre>\n"
-        + (f'<details class="errmap-how"><summary>How this log was made</summary>{details}</details>\n' if details else "")
+        + (f'<details class="errmap-how"><summary>{html.escape(_("How this log was made"))}</summary>{details}</details>\n'
+           if details else "")
         + "</div>"
     )
 
@@ -132,6 +136,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     import json
 
     from errmap.commands.sections import HEADINGS, MANY, doctor_lines, find_example, probe_lines, related_groups
+    from errmap.report import i18n
     from errmap.report.i18n import _
 
     from errmap.kb import gpus
@@ -143,8 +148,8 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
 
     def fix() -> list[str]:
         # One list, grouped: the general steps, then each stack's, marked with the stack's name.
-        groups = e.steps_by_stack()
-        return [f"{n}. " + (f"**{text(stack)}:** " if stack and len(groups) > 1 else "")
+        groups = e.steps_by_stack(i18n.language())
+        return [f"{n}. " + (f"**{text(stack)}{_(':')}** " if stack and len(groups) > 1 else "")
                 + (f"*({text(gpus.label(step.gpu))})* " if step.gpu else "")
                 + (f"*({text(step.releases)})* " if step.releases else "") + prose(step.text, names)
                 for n, (stack, step) in enumerate(((stack, step) for stack, steps in groups for _, step in steps), 1)] + [""]
@@ -155,7 +160,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     def links() -> list[str]:
         from errmap.report.contract import link_state
 
-        out = [] if e.links else ["None recorded."]
+        out = [] if e.links else [_("None recorded.")]
         for link in e.links:
             state = f" ({text(s)})" if (s := link_state(link)) else ""
             out.append(f"- **{_(link.kind)}** {_link(link.url, link.title)}{state}")
@@ -163,19 +168,19 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
 
     def example() -> list[str]:
         if shown is None:
-            return ["No example log is recorded for this code yet; the messages below are what errmap looks for.", ""]
+            return [_("No example log is recorded for this code yet; the messages below are what errmap looks for."), ""]
         return [example_html(shown), ""]
 
     def related() -> list[str]:
         out = []
         groups = related_groups(e, kb)
         if not groups:
-            out += ["None.", ""]
+            out += [_("None."), ""]
         for label, items in groups:
             if len(items) > MANY:
-                out += [f"**{label}:** " + ", ".join(f"[{n}](../{n}/index.md)" for n, _ in items), ""]
+                out += [f"**{_(label)}{_(':')}** " + _(", ").join(f"[{n}](../{n}/index.md)" for n, _title in items), ""]
                 continue
-            out += [f"- {label}: [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
+            out += [f"- {_(label)}{_(':')} [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
         return out
 
     def confirms() -> list[str]:
@@ -210,7 +215,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
             out += [_("Its messages were found at {n} places in the source of {m} projects:").format(
                 n=len(sites), m=len({repo for repo, _path, _version in sites})), ""]
         for n, a in enumerate(e.anchors, 1):
-            lits = " or ".join(_code(lit) for lit in a.literals)
+            lits = _(" or ").join(_code(lit) for lit in a.literals)
             rules = "".join(
                 f'<br><span class="errmap-pattern">{label} {_code(value)}</span>'
                 for label, value in ((_("only inside a traceback with a frame matching"), a.frame), (_("not on a line matching"), a.unless))
@@ -273,7 +278,7 @@ def index_page(kb) -> str:
         "",
     ]
     for name, entries in groups(kb):
-        out += [f"## {text(name)}", "", f"| errno | {_('title')} | {_('role')} |", "| --- | --- | --- |"]
+        out += [f"## {text(name)}", "", f"| {_('errno')} | {_('title')} | {_('role')} |", "| --- | --- | --- |"]
         for e in entries:
             out.append(f"| [{e.errno}]({e.errno}/index.md) | [{text(e.title)}]({e.errno}/index.md) | {_(ROLE.get(e.role, e.role))} |")
         out.append("")
@@ -349,9 +354,23 @@ def on_config(config):
     fixtures = root / "fixtures"
     _STATE.update(kb=kb, fixtures=fixtures if fixtures.is_dir() else None)
     config.nav = nav(kb, tuple(config.extra.get("errmap_pages", ())))
+    _labels(config)
     if lang == "zh":
         _chinese_search_words(root)
     return config
+
+
+def _labels(config) -> None:
+    """The site's own labels in its language: the colour toggles, the headings' permanent links and what
+    javascripts/errmap.js says on a page opened from the file system (read from the page's <meta>)."""
+    from errmap.report.i18n import _
+
+    for scheme in config.theme.get("palette") or ():
+        if isinstance(scheme, dict) and scheme.get("toggle", {}).get("name"):
+            scheme["toggle"] = {**scheme["toggle"], "name": _(scheme["toggle"]["name"])}
+    config.mdx_configs.setdefault("toc", {})["permalink_title"] = _("Permanent link")
+    _STATE["no_search"] = (_("Search needs the site served over HTTP: run `errmap docs serve` and open http://127.0.0.1:8000/"),
+                           _("Search needs errmap docs serve"))
 
 
 def _chinese_search_words(root: Path) -> None:
@@ -387,6 +406,9 @@ def on_post_page(output: str, page, config) -> str:
     if page.title:
         plain = Markup(page.title).striptags()
         output = output.replace(f"<title>{plain}", f"<title>{html.escape(plain, quote=False)}", 1)
+    if "no_search" in _STATE:  # what javascripts/errmap.js says, in the site's language
+        says, placeholder = (html.escape(s) for s in _STATE["no_search"])
+        output = output.replace("</head>", f'<meta name="errmap-no-search" content="{says}" data-placeholder="{placeholder}">\n</head>', 1)
     return output
 
 

@@ -16,7 +16,7 @@ from errmap.kb import gpus
 from errmap.kb.model import KB, PLACEHOLDER, Entry
 from errmap.report.contract import docs_url, link_state
 from errmap.report.text import aside, escape, lead  # escape: rich markup and terminal escapes
-from errmap.report.i18n import _, pad
+from errmap.report.i18n import _, language, pad
 from errmap.report.layout import block, row
 from errmap.scan.lines import peel, printable
 
@@ -150,7 +150,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             block(con, f"  [dim]{lead(_('Applies to:'))}[/]", escape(e.applies_to))
 
     def fix() -> None:
-        groups = e.steps_by_stack()
+        groups = e.steps_by_stack(language())
         for stack, steps in groups:
             if len(groups) > 1:
                 block(con, "  ", f"[bold]{escape(stack or _('Any run'))}[/]")
@@ -225,8 +225,8 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
     body = {"means": means, "fix": fix, "why": why, "links": links, "example": example_log,
             "related": related, "confirms": confirms, "doctor": doctor, "messages": messages}
     extra = {
-        "example": f"  [dim]({escape(example.path)}, {escape(example.origin or _('source not recorded'))})[/]" if example else "",
-        "confirms": "  [dim](errmap scan --probe)[/]" if probes else "",
+        "example": f"[dim]{aside(escape(example.path) + _(', ') + escape(_(example.origin or 'source not recorded')))}[/]" if example else "",
+        "confirms": f"[dim]{aside('errmap scan --probe')}[/]" if probes else "",
     }
     block(con, f"[bold red]{e.errno}[/] ", f"[bold]{escape(e.title)}[/]  [dim]{e.slug} · {escape(e.group)} · {_(e.role)}[/]")
     for key, heading in HEADINGS.items():

@@ -11,6 +11,7 @@ import yaml
 
 from errmap.kb.model import KB, Entry
 from errmap.probes import PROBES
+from errmap.report.i18n import _, language
 from errmap.scan.lines import ANSI
 
 BEFORE, AFTER = 8, 3  # lines of context shown around the matching line of an example log
@@ -51,8 +52,8 @@ class Example:
     lines: tuple[tuple[int, str], ...]  # (line number, text), ANSI stripped, cut to SHOWN characters
     marked: int  # the number of the matching line
     origin: str  # recorded or built, from the sidecar
-    how: str  # how the log was made, from the sidecar
-    machine: str = ""  # where it was made, from the sidecar
+    how: str  # how the log was made, from the sidecar (its `zh:` text in Chinese)
+    machine: str = ""  # where it was made, from the sidecar (its `zh:` text in Chinese)
     captures: tuple[tuple[str, str], ...] = ()  # what the matched line gave the anchor's groups
 
 
@@ -74,6 +75,12 @@ def _sidecar(log: Path) -> dict:
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _said(side: dict, key: str) -> str:
+    """A sidecar's `key` as people read it: in Chinese, the text under its `zh:` mapping."""
+    local = side.get(language()) if language() != "en" else None
+    return str((local.get(key) if isinstance(local, dict) else None) or side.get(key, ""))
 
 
 def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
@@ -122,8 +129,8 @@ def find_example(e: Entry, matcher, fixtures: Path | None) -> Example | None:
     while window and window[-1][0] > n and not window[-1][1].strip():
         window.pop()
     rel = log.relative_to(fixtures.parent) if fixtures else log
-    return Example(rel.as_posix(), tuple(window), n, str(side.get("origin", "")), str(side.get("how", "")),
-                   str(side.get("machine", "")), tuple(sorted(hit.captures.items())))
+    return Example(rel.as_posix(), tuple(window), n, str(side.get("origin", "")), _said(side, "how"),
+                   _said(side, "machine"), tuple(sorted(hit.captures.items())))
 
 
 def related(e: Entry, kb: KB | None) -> list[tuple[str, int, str | None]]:
@@ -173,7 +180,8 @@ def condition_text(c) -> str:
         target = _shown([*settings, *values]) if isinstance(c.against_setting, list) or values else settings[0]
     else:
         target = "" if c.value is None else _shown(c.value)
-    return f"{subject} {c.op} {target}".strip()
+    op = _(c.op) if c.op in ("present", "missing") else c.op  # the words among the operators
+    return f"{subject} {op} {target}".strip()
 
 
 def doctor_lines(e: Entry) -> list[tuple[str, list[str]]]:

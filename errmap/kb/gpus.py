@@ -240,7 +240,12 @@ def label(conditions: tuple[str, ...]) -> str:
         base = c.removeprefix("not ")
         what = _(CONDITION_NAMES.get(base, base))
         out.append((_("not on GPUs {what}") if c.startswith("not ") else _("only on GPUs {what}")).format(what=what))
-    return _("; ").join(out)
+    return HAN_LATIN.sub(" ", _("; ").join(out))
+
+
+# Where a Chinese phrase meets a Latin word it was put beside ("不支持 bf16" + "的 GPU"): a space, as Chinese
+# text around code and names has.
+HAN_LATIN = regex.compile(r"(?<=\p{Han})(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=\p{Han})")
 
 
 def fitting(items: list, gpu: GPU | None) -> list:

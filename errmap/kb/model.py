@@ -9,7 +9,7 @@ from typing import Any
 
 import regex
 
-from errmap.kb.stacks import NAMES
+from errmap.kb import stacks
 
 
 OFFICIAL_RANGE = range(1001, 1049)
@@ -219,11 +219,11 @@ class Entry:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def steps_by_stack(self) -> list[tuple[str | None, list[tuple[int, Step]]]]:
-        """The fix steps, numbered as in the KB, grouped: the general ones first, then each stack's."""
+    def steps_by_stack(self, lang: str = "en") -> list[tuple[str | None, list[tuple[int, Step]]]]:
+        """The fix steps, numbered as in the KB, grouped: the general ones first, then each stack's (named in `lang`)."""
         groups: dict[str | None, list[tuple[int, Step]]] = {}
         for i, step in enumerate(self.fix, 1):
-            groups.setdefault(", ".join(NAMES[s] for s in step.stack) or None, []).append((i, step))
+            groups.setdefault(("、" if lang == "zh" else ", ").join(stacks.name(s, lang) for s in step.stack) or None, []).append((i, step))
         return sorted(groups.items(), key=lambda g: g[0] is not None)
 
     @property

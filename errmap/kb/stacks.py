@@ -52,6 +52,14 @@ STACKS, IMPLIED = _load()
 ORDER = tuple(s.key for s in STACKS)
 # The names shown to people, by key.
 NAMES = {s.key: s.name["en"] for s in STACKS}
+
+
+def name(key: str, lang: str = "en") -> str:
+    """A stack's name as people read it in `lang` (its English name where it has none)."""
+    stack = next(s for s in STACKS if s.key == key)
+    return stack.name.get(lang) or stack.name["en"]
+
+
 # Stacks built on another whose steps also hold for them.
 ALSO = {s.key: s.builds_on for s in STACKS if s.builds_on}
 # A frame's path: a package directory (or HF's Trainer module) -> its stack, or a package that implies one

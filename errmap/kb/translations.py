@@ -220,30 +220,32 @@ def problems(entry, text: Text | None, glossary=None) -> list[str]:
 
 @dataclass(frozen=True)
 class Term:
-    en: str  # a pattern on the English text: where it occurs, the Chinese uses `zh`
     zh: str
-    avoid: tuple[str, ...] = ()
+    en: str | None = None  # a pattern on the English text: where it occurs, the Chinese uses `zh`
+    avoid: tuple[str, ...] = ()  # regular expressions of renderings not to use
 
     @property
-    def pattern(self) -> regex.Pattern[str]:
-        return regex.compile(self.en, regex.IGNORECASE)
+    def pattern(self) -> regex.Pattern[str] | None:
+        return regex.compile(self.en, regex.IGNORECASE) if self.en else None
 
 
 @dataclass(frozen=True)
 class Glossary:
-    """kb/glossary.yaml: the standard Chinese terms the KB's text follows."""
+    """kb/glossary.yaml: the standard Chinese terms errmap's Chinese text follows."""
 
     terms: tuple[Term, ...]
 
     @classmethod
     def load(cls, path: Path) -> Glossary:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return cls(tuple(Term(t["en"], t["zh"], tuple(t.get("avoid", ()))) for t in data["terms"]))
+        return cls(tuple(Term(t["zh"], t.get("en"), tuple(t.get("avoid", ()))) for t in data["terms"]))
+
+    def avoided(self, zh: str) -> list[tuple[str, Term]]:
+        """(the words, their term) for each rendering of `zh` the glossary avoids; `code spans` are not read."""
+        prose = CODE_SPAN.sub(" ", zh)
+        return [(m[0], t) for t in self.terms for bad in t.avoid if (m := regex.search(bad, prose))]
 
     def problems(self, en: str, zh: str) -> list[str]:
-        out = []
-        for t in self.terms:
-            if en and t.pattern.search(en) and t.zh not in zh:
-                out.append(f"the English says {t.pattern.search(en)[0]!r}: use the glossary's {t.zh!r}")
-            out += [f"{bad!r} is not the glossary's term: use {t.zh!r}" for bad in t.avoid if bad in zh]
-        return out
+        out = [f"the English says {m[0]!r}: use the glossary's {t.zh!r}"
+               for t in self.terms if en and t.pattern and (m := t.pattern.search(en)) and t.zh not in zh]
+        return out + [f"{words!r} is not the glossary's term: use {t.zh!r}" for words, t in self.avoided(zh)]

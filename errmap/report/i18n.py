@@ -129,6 +129,9 @@ class _Formatter(click.HelpFormatter):
     def section(self, name: str):
         return super().section(_(name))
 
+    def write_heading(self, heading: str) -> None:  # click's own writes a half-width colon
+        self.write(f"{'':>{self.current_indent}}{heading}{_(':')}\n")
+
 
 class _Context(click.Context):
     formatter_class = _Formatter

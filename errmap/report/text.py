@@ -12,11 +12,12 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape as _markup
 
-from errmap.kb.stacks import NAMES
+from errmap.kb.stacks import name as stack_name
 from errmap.report.contract import Report, evidence_json, link_state
-from errmap.report.i18n import _, ngettext, pad
+from errmap.report.i18n import _, language, ngettext, pad
 from errmap.report.layout import block, row
 from errmap.scan.lines import printable
+from errmap.scan.source import COMMAND_OUTPUT
 from errmap.scan.triage import MAX_PER_CODE, MAX_RESIDUE, Incident, Residue, Triage
 
 
@@ -55,7 +56,12 @@ def _where(ev: dict[str, Any]) -> str:
         who.append(" ".join(str(x) for x in (ev.get("actor"), ev.get("pid") and f"pid={ev['pid']}") if x))
     if ev.get("host"):
         who.append(ev["host"])
-    return f"{ev['file']}:{ev['line']}" + (f" ({', '.join(who)})" if who else "")
+    return f"{source_name(ev['file'])}:{ev['line']}" + (aside(_(", ").join(who)) if who else "")
+
+
+def source_name(path: str) -> str:
+    """A source's path as people read it: `errmap run`'s output without a --log file is named in words."""
+    return _("the command's output") if path == COMMAND_OUTPUT else path
 
 
 def _spread(d: dict[str, Any]) -> str:
@@ -184,7 +190,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
     dicts = {id(inc): d for inc, d in ranked}
     runs = list(dict.fromkeys(inc.run for inc, _ in tops))
-    stack = NAMES[fw] + _("; ") if len(runs) < 2 and (fw := report.framework()) else ""
+    stack = stack_name(fw, language()) + _("; ") if len(runs) < 2 and (fw := report.framework()) else ""
     stack += escape(g.describe()) + _("; ") if len(runs) < 2 and (g := report.gpu()) else ""
     if tops:
         heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
@@ -203,7 +209,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
         if len(runs) > 1 and opens:
             files = [s.path for s in report.sources if s.run == inc.run]
             more_files = ngettext("and {n} more file", "and {n} more files", len(files) - 1).format(n=len(files) - 1)
-            what = _(", ").join(x for x in (NAMES.get(d["framework"] or ""), (d["gpu"] or {}).get("name", ""), files[0] if files else "",
+            what = _(", ").join(x for x in (stack_name(d["framework"], language()) if d["framework"] else "", (d["gpu"] or {}).get("name", ""), files[0] if files else "",
                                             more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
             block(con, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]")

@@ -28,6 +28,8 @@ from errmap.scan.runs import name_runs, run_of
 
 CHUNK = 1 << 20
 
+COMMAND_OUTPUT = "output"  # the path of `errmap run`'s output where no --log file holds it
+
 # First bytes of each compression errmap reads, and of archives it does not open.
 _COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
 _ARCHIVES = {b"PK\x03\x04": "a zip archive", b"7z\xbc\xaf\x27\x1c": "a 7z archive"}
