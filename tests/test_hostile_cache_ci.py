@@ -146,3 +146,136 @@ def test_a_code_in_two_kb_folders_is_the_first_ones_and_said(tmp_path, warm):
         assert "First folder's cause 7." in out and "Second folder's" not in out
         [line] = [x for x in err.splitlines() if "9001" in x]
         assert str(first / ENTRY) in line and str(second / ENTRY) in line and "first folder given wins" in line
+
+
+# ---------------------------------------------------------------- CI output, file names, hidden characters
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+       "GPU 0 has a total capacity of 79.11 GiB of which 1.50 GiB is free.")
+OWN_ANNOTATION = r"::(error|warning) file=[^,\n]*,line=\d+,title=errmap [^:\n]*::"
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """errmap run in `cwd`, so that names are given as a user types them."""
+    proc = subprocess.run([sys.executable, "-m", "errmap", *args], capture_output=True, timeout=120, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "ERRMAP_LANG": "en", **(env or {})})
+    assert b"Traceback (most recent call last)" not in proc.stderr, proc.stderr.decode(errors="replace")
+    return proc
+
+
+def commands(text: str, own: bool = False) -> list[str]:
+    """The lines of `text` a GitHub runner would read as workflow commands (it ends a line at \\n or \\r, trims
+    blanks, and finds the older `##[` anywhere); with `own`, errmap's own annotations are left out."""
+    import re
+
+    lines = text.replace("\r", "\n").split("\n")
+    return [x for x in lines if (re.match(r"\s*::", x) or "##[" in x) and not (own and re.match(OWN_ANNOTATION, x))]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Path:
+    """A folder of logs: file names that break lines or hold workflow commands, and log lines whose commands land
+    at the start of a wrapped line at 80 columns (one of the paddings puts each there)."""
+    root = tmp_path_factory.mktemp("hostile")
+    logs = root / "logs"
+    logs.mkdir()
+    (logs / "train.log").write_text(
+        "step 1\n" + "".join(f"RuntimeError: odd {'y' * k} now ::set-output name=pwned::{k}\n" for k in range(1, 60))
+        + "".join(f"ValueError: bad shard {'z' * k} now ##[add-mask]secret{k}\n" for k in range(1, 4)) + OOM + "\n")
+    (logs / "x\n::warning title=pwn::from a name.zip").write_bytes(b"PK\x03\x04zzzz")  # an input error names it
+    (logs / "y\n::add-mask::z.log").write_text("AssertionError: the shapes differ\n")  # an annotation names it
+    return root
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif", "github", "jsonl"])
+def test_no_line_is_a_workflow_command_but_errmaps_own_annotations(hostile, fmt):
+    missing = "nope\n::error::from an argument"
+    for verbose in ([], ["--verbose"]) if fmt == "text" else ([],):
+        proc = cli("scan", "--format", fmt, *verbose, "logs", missing, env={"COLUMNS": "80", "GITHUB_ACTIONS": "true"},
+                   cwd=hostile)
+        out, err = proc.stdout.decode(), proc.stderr.decode()
+        assert proc.returncode == 2, err
+        assert not commands(err), commands(err)[:3]
+        assert not commands(out, own=fmt == "github"), commands(out, own=True)[:3]
+        said = out + err if fmt == "text" else err
+        assert "x\\n::warning title=pwn::from a name.zip" in said and "nope\\n::error::from an argument" in said
+    if fmt == "github":
+        assert len(commands(out)) >= 3 and all(x.startswith(("::error ", "::warning ")) for x in commands(out))
+        assert "file=logs/y\\n%3A%3Aadd-mask%3A%3Az.log," in out
+
+
+def test_names_that_are_not_utf8_in_every_format_and_in_a_report_file(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / os.fsdecode(b"r\xff.log")).write_text(OOM + "\n")
+    for fmt in ("json", "sarif", "jsonl"):
+        proc = cli("scan", "--format", fmt, "logs", cwd=tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        out = proc.stdout.decode("utf-8")  # valid UTF-8 ...
+        [json.loads(x) for x in out.splitlines()] if fmt == "jsonl" else json.loads(out)
+        assert "r\\udcff.log" in out or "r%FF.log" in out  # ... that keeps the name's byte
+    assert json.loads(cli("scan", "--format", "json", "logs", cwd=tmp_path).stdout)["diagnoses"][0]["file"] == \
+        os.fsdecode(b"logs/r\xff.log")  # read back, the name is the file's
+    assert "logs/r\\xff.log:1" in cli("scan", "logs", cwd=tmp_path).stdout.decode("utf-8")
+    assert "file=logs/r\\xff.log," in cli("scan", "--format", "github", "logs", cwd=tmp_path).stdout.decode("utf-8")
+    report = tmp_path / "report.json"
+    report.write_text("the last report\n")
+    os.chmod(report, 0o640)
+    proc = cli("scan", "--report", str(report), "logs", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(report.read_bytes().decode("utf-8"))["diagnoses"][0]["errno"] == 1017
+    assert report.stat().st_mode & 0o777 == 0o640 and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_report_that_cannot_be_written_leaves_the_file_as_it_was(tmp_path):
+    import resource
+    import signal
+
+    (tmp_path / "run.log").write_text(OOM + "\n")
+    report = tmp_path / "report.json"
+    report.write_text("the last report\n")
+
+    def small_files() -> None:  # no file past 4 KB: the report is larger (a full disk fails the same way)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    proc = subprocess.run([sys.executable, "-m", "errmap", "scan", "--report", str(report), "run.log"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=120, preexec_fn=small_files)
+    assert b"Traceback" not in proc.stderr and proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert report.read_text() == "the last report\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_two_runs_writing_one_report_leave_one_whole_report(tmp_path):
+    big, small = tmp_path / "big.log", tmp_path / "small.log"
+    big.write_text("".join(f"RuntimeError: failure number {i} of many, each one distinct\n" for i in range(100)) + OOM + "\n")
+    small.write_text(OOM + "\n")
+    report = tmp_path / "report.json"
+    runs = [subprocess.Popen([sys.executable, "-m", "errmap", "scan", "--verbose", "--report", str(report), str(log)],
+                             cwd=ROOT, env={**os.environ, "ERRMAP_LANG": "en"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            for log in (big, small) * 3]
+    seen = set()
+    while any(r.poll() is None for r in runs):  # what a reader sees meanwhile is a whole report or none yet
+        try:
+            data = report.read_bytes()
+        except FileNotFoundError:
+            continue
+        if data not in seen:
+            seen.add(data)
+            json.loads(data)
+        time.sleep(0.001)
+    assert all(r.wait() == 1 for r in runs)
+    assert json.loads(report.read_bytes())["diagnoses"][0]["errno"] == 1017
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_links_and_bidi_controls_from_a_log_are_shown_not_obeyed(tmp_path):
+    link = "\x1b]8;;https://evil.example/\x1b\\click here\x1b]8;;\x1b\\"
+    (tmp_path / "run.log").write_text(f"step 1\n{OOM} see {link} \u202eexe.txt\u202c\n"
+                                      f"ValueError: bad {link} \u2067x\u2069 \u202d \u202a \u2066 end\n")
+    for fmt in ("text", "github", "json", "sarif"):
+        out = cli("scan", "--verbose", "--format", fmt, "run.log", cwd=tmp_path).stdout.decode()
+        assert not any(c in out for c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\x1b"), fmt
+        assert "evil.example" not in out and "click here" in out  # the link's text stays, its target goes
+        assert "\\u2067x\\u2069" in out  # the unrecognized line: the controls as escapes, where they were
+        assert "\\u202eexe.txt\\u202c" in out or fmt in ("github", "sarif")  # the evidence: text and json show it

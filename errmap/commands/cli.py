@@ -12,9 +12,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from errmap.report import i18n, layout
+from errmap.report import i18n, inert, layout
 from errmap.report.dumps import dumps, jsonl
 from errmap.report.github import github
+from errmap.report.save import save
 from errmap.report.sarif import sarif
 from errmap.kb import load as kbmod
 from errmap.kb import model as kbmodel
@@ -24,7 +25,7 @@ from errmap.report.i18n import _
 from errmap.probes.verify import probe_options
 from errmap.scan.matcher import Matcher
 from errmap.report.contract import Report, diagnose
-from errmap.report.text import escape, print_diagnosis, print_report, source_name
+from errmap.report.text import escape, escape_line, print_diagnosis, print_report, source_name
 from errmap.scan.parallel import scan, scan_source
 from errmap.scan.source import COMMAND_OUTPUT, InputError, Source, expand
 from errmap.scan.triage import Incident, Residue, Triage
@@ -43,7 +44,7 @@ def _load_kb(extra: tuple[str, ...], fmt: str = "text") -> kbmodel.KB:
     if kb.warnings:
         err = _console(stderr=True)
         for w in kb.warnings:
-            err.print(f"[yellow]errmap: {_('knowledge base:')}[/] {escape(w)}")
+            err.print(f"[yellow]errmap: {_('knowledge base:')}[/] {escape_line(w)}")
     return kb.localized(i18n.language()) if fmt == "text" else kb
 
 
@@ -163,8 +164,9 @@ def _emit(report: Report, fmt: str, verbose: bool, kb: kbmodel.KB | None = None,
         print_report(_console(), report, verbose)
         return
     for err in report.errors:
-        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(err.path)}: {escape(err.reason)}")
-    click.echo(_machine(report, fmt, more, kb), nl=False)
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape_line(err.path)}: {escape(err.reason)}")
+    # errmap's own annotations are the only workflow commands it prints (report/inert.py)
+    click.echo(_machine(report, fmt, more, kb), nl=False, file=inert.unguarded(sys.stdout) if fmt == "github" else None)
 
 
 def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmodel.KB | None = None) -> str:
@@ -190,9 +192,9 @@ def _save_report(report: Report, fmt: str, path: str | None, more: dict | None =
     if path is None:
         return
     try:
-        Path(path).write_text(_machine(report, fmt, more, kb), encoding="utf-8")
+        save(path, _machine(report, fmt, more, kb))
     except OSError as exc:
-        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(path)}: {escape(exc.strerror or str(exc))}")
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape_line(path)}: {escape(exc.strerror or str(exc))}")
         sys.exit(EXIT_INPUT)
 
 
@@ -209,7 +211,7 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
                 out.file.write(jsonl({"unrecognized": {"type": item.type, "message": item.message, "file": item.first.path, "line": item.first.lineno}}) + "\n")
             else:
                 layout.block(out, f"[yellow]errmap: {_('unrecognized error')}[/] ",
-                             f"[cyan]{escape(source_name(item.first.path))}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
+                             f"[cyan]{escape_line(source_name(item.first.path))}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
         else:
             probed = extra(item) if extra is not None else {}
             d = diagnose(item, gpu=report.gpu(item.run), have=report.versions(item.run))
@@ -351,14 +353,14 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
     try:
         log = open(log_path, "wb") if log_path else None
     except OSError as exc:
-        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(log_path)}: {escape(exc.strerror or str(exc))}")
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape_line(log_path)}: {escape(exc.strerror or str(exc))}")
         sys.exit(EXIT_INPUT)
     try:
         outcome = run_command(list(command), Matcher(kb), triage, source, on_new, log,
                               notice=lambda msg: _console(stderr=True).print(f"[yellow]errmap:[/] {escape(msg)}"))
         report.status, report.forced, report.interrupted = outcome.status, outcome.forced, outcome.interrupted
     except OSError as exc:  # the command could not be started
-        _console(stderr=True).print(f"[bold red]errmap:[/] {escape(command[0])}: {escape(exc.strerror or str(exc))}")
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape_line(command[0])}: {escape(exc.strerror or str(exc))}")
         sys.exit(127)
     finally:
         if log is not None:
@@ -476,7 +478,7 @@ def kb_check(kb_dirs: tuple[str, ...]) -> None:
     if problems:
         con.print(f"[bold red]{i18n.ngettext('{n} problem', '{n} problems', len(problems)).format(n=len(problems))}[/] {_('in the knowledge base:')}")
         for p in problems:
-            con.print(f"  {escape(p)}")
+            con.print(f"  {escape_line(p)}")
         sys.exit(1)
     con.print(f"[green]{_('knowledge base OK')}[/]: {_('{n} entries').format(n=len(kbmod.load([Path(p) for p in kb_dirs])))}")
 
@@ -526,6 +528,7 @@ def docs_serve(site: str | None, port: int) -> None:
 def run() -> None:
     """Entry point with the process-level behaviour a pipe tool needs."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL) if hasattr(signal, "SIGPIPE") else None
+    inert.install()  # no line errmap prints is a CI runner's command but its own annotations
     try:
         try:
             main()

@@ -9,15 +9,20 @@ from typing import Any
 
 import regex
 
+from errmap.report.inert import BIDI
+
 # Characters JSON may carry raw that a terminal acts on: DEL and the C1 controls (U+009B is a CSI);
-# json.dumps already escapes C0. Line and paragraph separators break JavaScript readers.
-_RAW_CONTROL = regex.compile("[\x7f-\x9f\u2028\u2029]")
+# json.dumps already escapes C0. Bidi controls reorder what a terminal shows; line and paragraph separators
+# break JavaScript readers; a lone surrogate (a byte of a file name that is not UTF-8) is no UTF-8 at all.
+# `##[` is escaped too (`#\u005b`): the GitHub runner reads it as a command anywhere in a line (report/inert.py).
+_RAW = regex.compile(f"[\x7f-\x9f\u2028\u2029{BIDI}\ud800-\udfff]|(?<=#)#\\[")
 
 
 def dumps(doc: Any, indent: int | None = 2) -> str:
-    """JSON as errmap prints it: UTF-8 text, every control character escaped (safe on a terminal)."""
+    """JSON as errmap prints it: valid UTF-8 text, every control character escaped (safe on a terminal and in CI);
+    a name that is not UTF-8 keeps its bytes as JSON escapes (`\\udcff`: Python's json reads the name back)."""
     text = json.dumps(doc, indent=indent, ensure_ascii=False, default=str, separators=None if indent else (",", ":"))
-    return _RAW_CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+    return _RAW.sub(lambda m: f"\\u{ord(m[0]):04x}" if len(m[0]) == 1 else "#\\u005b", text)
 
 
 def jsonl(d: dict[str, Any]) -> str:

@@ -6,17 +6,20 @@ from typing import Any
 
 import regex
 
+from errmap.report.inert import literal, visible
+
 _CONTROL = regex.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _escape_data(s: str) -> str:
-    """As the runner's toolkit escapes, and every other control character as %XX (shown as such)."""
-    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """As the runner's toolkit escapes, every other control character as %XX (shown as such), and a bidi control
+    or a byte that is not UTF-8 as a Python escape (`visible`)."""
+    s = visible(s).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return _CONTROL.sub(lambda m: f"%{ord(m[0]):02X}", s)
 
 
 def _escape_property(s: str) -> str:
-    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+    return _escape_data(literal(s)).replace(":", "%3A").replace(",", "%2C")
 
 
 def github(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -> list[str]:

@@ -15,6 +15,7 @@ from rich.markup import escape as _markup
 from errmap.kb.stacks import name as stack_name
 from errmap.report.contract import Report, evidence_json, link_state
 from errmap.report.i18n import _, language, ngettext, pad
+from errmap.report.inert import literal, visible
 from errmap.report.layout import block, row
 from errmap.scan.lines import printable
 from errmap.scan.source import COMMAND_OUTPUT
@@ -43,8 +44,15 @@ FEWEST_STEPS = 2  # ... but never fewer than these
 
 
 def escape(text: str) -> str:
-    """Text from a log, a path or a KB as rich markup: no markup, no terminal escape or control character."""
-    return _markup(printable(text))
+    """Text from a log or a KB as rich markup: no markup, no terminal escape or control character, and each
+    character that reorders or hides what a terminal shows (bidi controls) written as an escape."""
+    return _markup(visible(printable(text)))
+
+
+def escape_line(text: str) -> str:
+    """A file name, or a message that is one line, as rich markup: each control character (a line break too) and
+    each byte that is not UTF-8 written as an escape, so the name reads as it is and starts no line of its own."""
+    return _markup(literal(text))
 
 
 def _where(ev: dict[str, Any]) -> str:
@@ -56,7 +64,7 @@ def _where(ev: dict[str, Any]) -> str:
         who.append(" ".join(str(x) for x in (ev.get("actor"), ev.get("pid") and f"pid={ev['pid']}") if x))
     if ev.get("host"):
         who.append(ev["host"])
-    return f"{source_name(ev['file'])}:{ev['line']}" + (aside(_(", ").join(who)) if who else "")
+    return f"{literal(source_name(ev['file']))}:{ev['line']}" + (aside(_(", ").join(who)) if who else "")
 
 
 def source_name(path: str) -> str:
@@ -150,10 +158,10 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
 def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
     """The whole report; `summary` keeps every diagnosis to its header (watch and run already printed them)."""
     for err in report.errors:  # the common reasons are in the catalogue (JSON keeps them in English)
-        block(con, "[bold red]errmap:[/] ", f"{escape(err.path)}{_(': ')}{escape(_(err.reason))}")
+        block(con, "[bold red]errmap:[/] ", f"{escape_line(err.path)}{_(': ')}{escape(_(err.reason))}")
     for s in report.sources:
         if s.warning:
-            block(con, "[yellow]errmap:[/] ", f"{escape(s.path)}: {escape(s.warning)}")
+            block(con, "[yellow]errmap:[/] ", f"{escape_line(s.path)}: {escape(s.warning)}")
     ranked = report.ranked()
     residue = report.triage.unrecognized()
     read = [s for s in report.sources if not s.error]
