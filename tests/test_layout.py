@@ -1,7 +1,8 @@
 """The text report laid out at the terminal's width: on a real pty of 80x24 and 200x50, and in a pipe.
 
-Lines wrap with hanging indents and never inside a `code span`, a config key, a path or a URL; a
-diagnosis fits one 80x24 screen by default, -v shows all of it; Chinese (two cells a character) too.
+Lines wrap with hanging indents and never inside a `code span`, a config key, a path or a URL; the
+first diagnosis of every fixture fits the first 80x24 screen by default, -v shows all of it; Chinese
+(two cells a character) too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import time
 import pytest
 from rich.cells import cell_len
 
-from conftest import ROOT, errmap
+from conftest import FIXTURES, ROOT, errmap
+from screens import screens
 
 CASCADE = "fixtures/1031/gpu-gloo-oom-cascade.log"
 P40 = "fixtures/1012/vllm-prefix-prefill-p40.log"
@@ -112,6 +114,49 @@ def test_a_diagnosis_on_an_80x24_terminal(log):
     assert sum("https://" in line for line in d) == 1 and "more: errmap explain 1017" in flat(d)
 
 
+def on_screen(lines: list[str], cols: int) -> list[int]:
+    """The screen row (from 1) each line ends on, a line wider than `cols` folded by the terminal."""
+    ends, row = [], 0
+    for line in lines:
+        row += max(1, -(-cell_len(line) // cols))
+        ends.append(row)
+    return ends
+
+
+def test_every_fixture_keeps_its_first_diagnosis_whole_on_the_first_80x24_screen(tmp_path):
+    """Each fixture's scan on a real 80x24 pty: the first diagnosis, from its code and title to its link
+    and `more:` line, within the first 24 rows, with its evidence, cause, whole fix steps (at least one;
+    the `more:` line counts the others) and one link; no code span split across lines anywhere in the
+    diagnoses (one wider than the screen runs past its edge whole, on a line of its own)."""
+    logs = sorted(str(p.relative_to(ROOT)) for p in FIXTURES.glob("**/*.log") if "sessions" not in p.parts)
+    paths = logs + sorted(str(p.relative_to(ROOT)) for p in FIXTURES.glob("sessions/*/logs"))
+    shown = screens(paths, 80, 24, ROOT, {"ERRMAP_LANG": "en", "ERRMAP_DOCS_URL": ""}, tmp_path)
+    assert len(logs) > 300
+    for i, path in enumerate(paths):
+        lines, doc = shown[path], json.loads((tmp_path / f"{i}.json").read_text())
+        assert f'File "{ROOT / "errmap"}' not in "\n".join(lines), (path, lines)
+        roots = [d for d in doc["diagnoses"] if not d["caused_by"]]  # those not folded under another, as shown
+        if not roots:
+            assert "fixtures/10" not in path and not any(line.startswith("1. ") for line in lines), (path, lines)
+            continue
+        first = roots[0]
+        start = lines.index(next(line for line in lines if line.startswith("1. ")))
+        end = next(i for i in range(start, len(lines)) if lines[i].startswith("   more: errmap explain "))
+        d = lines[start:end + 1]
+        assert on_screen(lines, 80)[end] <= 24, (path, "\n".join(lines))
+        cause = next(i for i, line in enumerate(d) if line.startswith("   Cause  "))
+        assert d[0].startswith(f"1. {first['errno']} ") and any("│" in line for line in d[:cause]), (path, d)
+        steps = [i for i, line in enumerate(d) if re.match(r"   (Fix   |      ) +\d\. ", line)]
+        links = [line for line in d if re.match(r"   \w+ +https?://", line)]
+        assert 1 <= len(steps) and len(links) == min(1, len(first["links"])), (path, d)
+        assert all(flat([step]) in flat(d) for step in first["fix"][:len(steps)]), (path, d)
+        left = len(first["fix"]) - len(steps)
+        assert d[-1].endswith(f"({left} more step{'s' * (left > 1)})" if left else f" {first['errno']}"), (path, d)
+        blank = [i for i in range(start, len(lines)) if not lines[i].strip()]
+        for line in lines[start:blank[-1] if blank else None]:
+            assert "│" in line or line.count("`") % 2 == 0, (path, line)  # a code span ends on the line it starts on
+
+
 def test_the_1031_cascade_on_a_200x50_terminal_and_with_v():
     lines = on_terminal(["scan", CASCADE], 200, 50)
     assert all(cell_len(line) <= 200 for line in lines) and max(map(cell_len, lines)) > 150
@@ -151,20 +196,23 @@ def test_json_is_the_same_at_any_width():
 
 def test_a_token_wider_than_the_line_runs_past_the_edge_whole():
     url = "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
+    pip = "`pip install torch==<version> --index-url https://download.pytorch.org/whl/cu126`"
     lines = piped("explain", "1001", cols=50)
     over = [line for line in lines if cell_len(line) > 50]
-    assert over and all(len(line.split()) <= 2 for line in over), over  # a label at most, then the one token
-    assert any(url in line for line in lines)
+    assert over and all(len(SPAN.sub("`…`", line).split()) <= 2 for line in over), over  # a label at most, then the one token
+    assert any(url in line for line in lines) and pip in over  # at column 0, the URL with its command
 
 
-def test_a_token_wider_than_the_indent_allows_moves_left_rather_than_folding():
+def test_a_token_wider_than_the_indent_allows_moves_to_the_margin_rather_than_folding():
     path = "fixtures/1009/verl-vllm-v0-rollout-p40.log"
     lines = piped("scan", path, cols=80)
     assert all(cell_len(line) <= 80 for line in lines), [line for line in lines if cell_len(line) > 80]
-    tokens_whole(steps_of(path)[:2], lines, 80)
+    tokens_whole(steps_of(path)[:1], lines, 80)
     key = "`++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32`,"
     (line,) = [line for line in lines if key in line]
-    assert line == " " * (80 - len(key)) + key  # as far left as it must go, no further
+    assert line == "   " + key  # on a line of its own at the diagnosis's margin, under "Fix"
+    before = lines[lines.index(line) - 1]
+    assert before.startswith(" " * 13) and before.endswith("`actor_rollout_ref.rollout.dtype=float32`,")
 
 
 def test_explain_wraps_at_80_with_hanging_indents():
@@ -176,9 +224,10 @@ def test_explain_wraps_at_80_with_hanging_indents():
     assert flat(steps) in flat(lines) or all(flat([s]) in flat(lines) for s in steps)
     tokens_whole(steps, lines, 80 - 5)
     over = [line for line in lines if cell_len(line) > 80]
-    assert all(len(line.split()) <= 2 for line in over), over  # only a URL wider than the room overflows
+    assert all(len(SPAN.sub("`…`", line).split()) <= 2 for line in over), over  # only a token wider than the screen overflows
     first = next(i for i, line in enumerate(lines) if line.startswith("  1. "))
-    assert lines[first + 1].startswith("     ") and lines[first + 1][5] != " "
+    follow = lines[first + 1]  # under the text after "1. ", or a code span too wide for that at the margin
+    assert (follow.startswith("     ") and follow[5] != " ") or (follow.startswith("`") and cell_len(follow) > 80 - 5)
 
 
 def test_list_at_80_never_breaks_a_title_mid_word():

@@ -3,10 +3,11 @@
 The width is COLUMNS when it is set, else the terminal's when the output goes to one, else WIDTH:
 piped or redirected output is laid out at 80 columns wherever it runs, so that it reads the same in
 a file, a pager or a test. Lines break only at white space and at the edge of a wide (CJK)
-character; a `code span`, a config key, a path or a URL is never split. A token wider than a line's
-room after the indent starts a line of its own, moved left as far as it must to fit (to the margin
-at most: one wider than the whole width runs past the edge, and the terminal folds it) rather than
-being cut: what is copied from the screen is then still the whole token.
+character; a `code span` (a command, a config key, a URL: spaces and all), a path or a URL is never
+split. A token that does not fit what is left of a line starts the next one whole. One wider than
+the room after the hanging indent gets a line of its own, at the block's margin (the column its
+label starts at) when it fits there, else at column 0; one wider than the whole width runs past the
+edge there, for the terminal to fold: what is copied from the screen is then still the whole token.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ ELLIPSIS = "…"
 
 # a code span, a size with its unit ("139.80 GiB"), a run of white space, one character
 _UNIT = regex.compile(r"`[^`\n]+`|\d+(?:\.\d+)? (?:[KMGTP]i?B|bytes)\b|\s+|\X")
-_PLAIN = regex.compile(r"\s+|\X")
 _NO_START = set(",.;:!?)]}%'\"、，。；：！？）》」』】…’”")  # never the first character of a line
 _NO_END = set("([{（《「『【‘“")  # never the last
 _SENTENCE_END = (".", ";", "。", "；", "！", "？", "!", "?")
@@ -59,40 +59,35 @@ def _wide(unit: str) -> bool:
     return len(unit) == 1 and cell_len(unit) == 2
 
 
-def _atoms(text: str, room: int) -> list[tuple[int, int, bool]]:
-    """(start, end, fresh) of the pieces a line may break between: white space separates them, and so
-    does the edge of a wide character (not before closing punctuation); a code span is one piece
-    unless it is wider than `room`, when it breaks at its own spaces and starts a line (`fresh`)."""
-    units: list[tuple[int, int, str, bool]] = []
+def _atoms(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the pieces a line may break between: white space separates them, and so does the
+    edge of a wide character (not before closing punctuation); a code span is one piece, however wide."""
+    atoms: list[list[int]] = []
+    prev = None  # the unit before, None after white space
     for m in _UNIT.finditer(text):
         u = m.group()
-        if len(u) > 1 and u.startswith("`") and cell_len(u) > room:
-            units += [(m.start() + p.start(), m.start() + p.end(), p.group(), not p.start()) for p in _PLAIN.finditer(u)]
-        else:
-            units.append((m.start(), m.end(), u, False))
-    atoms: list[list] = []
-    prev = None  # the unit before, None after white space
-    for start, end, u, fresh in units:
         if u.isspace():
             prev = None
             continue
-        if prev is not None and not fresh and not (
-                (_wide(prev) or _wide(u)) and u[0] not in _NO_START and prev[-1] not in _NO_END):
-            atoms[-1][1] = end
+        if prev is not None and not ((_wide(prev) or _wide(u)) and u[0] not in _NO_START and prev[-1] not in _NO_END):
+            atoms[-1][1] = m.end()
         else:
-            atoms.append([start, end, fresh])
+            atoms.append([m.start(), m.end()])
         prev = u
-    return [(a, b, fresh) for a, b, fresh in atoms]
+    return [(a, b) for a, b in atoms]
 
 
-def _breaks(text: str, first: int, room: int) -> list[int]:
-    """Offsets in `text` where its lines after the first start: `first` cells on the first line, `room` on the rest."""
+def _breaks(text: str, first: int, room: int, width: int) -> list[int]:
+    """Offsets in `text` where its lines after the first start: `first` cells on the first line (after
+    its lead), `room` on the rest. A piece that does not fit what is left starts a line, also the
+    body's first piece where a lead of its own is left behind on the first line; a line holding a
+    piece wider than `room` holds nothing else."""
     starts: list[int] = []
     used, avail, end = 0, first, 0
-    for a, b, fresh in _atoms(text, room):
+    for a, b in _atoms(text):
         size = cell_len(text[a:b])
         gap = cell_len(text[end:a]) if used else 0
-        if (used + gap + size > avail or fresh) and (used or avail < size <= room):
+        if used + gap + size > avail and (used or first < width):
             starts.append(a)
             used, avail = size, room
         else:
@@ -101,37 +96,41 @@ def _breaks(text: str, first: int, room: int) -> list[int]:
     return starts
 
 
-def _cut(text: str, first: int, room: int, lines: int) -> int | None:
+def _cut(text: str, first: int, room: int, width: int, lines: int) -> int | None:
     """Where to end `text` so that it and an ellipsis fill at most `lines` lines: after a sentence when
     one ends in the last quarter, else after a word; None when it fits whole."""
-    starts = _breaks(text, first, room)
+    starts = _breaks(text, first, room, width)
     if len(starts) < lines:
         return None
-    ends = [b for _, b, _ in reversed(_atoms(text[: starts[lines - 1]], room))]
-    word = next((b for b in ends if len(_breaks(text[:b] + " " + ELLIPSIS, first, room)) < lines), 0)
+    ends = [b for _, b in reversed(_atoms(text[: starts[lines - 1]]))]
+    word = next((b for b in ends if len(_breaks(text[:b] + " " + ELLIPSIS, first, room, width)) < lines), 0)
     sentence = next((b for b in ends if b <= word and text[b - 1] in _SENTENCE_END), 0)
     return sentence if sentence >= 3 * word // 4 else word
 
 
-def block(con: Console, lead: str, body: str = "", lines: int | None = None) -> None:
+def block(con: Console, lead: str, body: str = "", lines: int | None = None, margin: int | None = None) -> None:
     """Print markup `lead` then markup `body`, wrapped at the console's width, every line after the
-    first indented to where the body starts; with `lines`, cut to that many lines with an ellipsis (or
+    first indented to where the body starts (a line too wide for that at `margin`, by default where
+    the lead's text starts, or at column 0); with `lines`, cut to that many lines with an ellipsis (or
     to nothing when not a word of it fits)."""
     head, text = _text(lead), _text(body)
     indent = cell_len(head.plain)
+    if margin is None:
+        margin = indent - cell_len(head.plain.lstrip(" "))
     room = max(con.width - indent, MIN_ROOM)
     first = max(con.width - indent, 0)
-    if lines is not None and (cut := _cut(text.plain, first, room, lines)) is not None:
+    if lines is not None and (cut := _cut(text.plain, first, room, con.width, lines)) is not None:
         text = text[:cut]  # nothing when not a word fits
         if cut:
             text.rstrip()
             text.append(ELLIPSIS if _wide(text.plain[-1]) else " " + ELLIPSIS)
-    offsets = [len(head.plain) + b for b in _breaks(text.plain, first, room)]
+    offsets = [len(head.plain) + b for b in _breaks(text.plain, first, room, con.width)]
     rows = (head + text).divide(offsets)
     out = Text()
     for i, line in enumerate(rows):
         line.rstrip()
-        shift = min(indent, max(0, con.width - cell_len(line.plain)))  # left of the indent when a token needs it
+        size = cell_len(line.plain)
+        shift = next((at for at in (indent, margin) if at + size <= con.width), 0)
         out.append_text(Text("\n" + " " * shift) + line if i else line)
     con.print(out)
 

@@ -37,10 +37,10 @@ SHOWN_CAUSE = 3  # lines of the cause shown in text output, cut with an ellipsis
 SHOWN_LINKS = 1  # links shown in text output; --verbose shows all
 
 
-SCREEN_ROWS = 24  # a diagnosis with what it led to fits one screen of this height: fewer steps where long ones need it
+SCREEN_ROWS = 24  # the report's first diagnosis fits the first screen of this height, from the top: see `fit`
 
 
-FEWEST_STEPS = 2  # ... but never fewer than these
+FEWEST_STEPS = 2  # steps kept before what a diagnosis led to leaves the screen
 
 
 def escape(text: str) -> str:
@@ -93,18 +93,43 @@ def aside(text: str) -> str:
 
 
 def rows(con: Console, draw: Callable[[Console], None]) -> int:
-    """How many rows `draw` prints at `con`'s width."""
+    """How many rows `draw` prints at `con`'s width (a line wider than that in the rows the terminal folds it to)."""
     probe = Console(file=io.StringIO(), width=con.width, highlight=False, soft_wrap=True, color_system=None)
     draw(probe)
-    return probe.file.getvalue().count("\n")
+    return sum(max(1, -(-cell_len(line) // con.width)) for line in probe.file.getvalue().split("\n")[:-1])
+
+
+def counted(con: Console, draw: Callable[[Console], None]) -> int:
+    """Print what `draw` prints; the rows it took."""
+    draw(con)
+    return rows(con, draw)
+
+
+def fit(con: Console, d: dict[str, Any], n: int | None, room: int, led: int = 0) -> tuple[int, int]:
+    """(steps, cause lines) of diagnosis `d` that fit `room` rows: SHOWN_STEPS steps and SHOWN_CAUSE lines of
+    cause, else fewer steps down to FEWEST_STEPS with the `led` rows of what it led to still in the room;
+    else, in the room without those, fewer steps down to one, a shorter cause, then no step. A step is
+    shown whole or not at all; the `more:` line counts those left out."""
+    most = min(SHOWN_STEPS, len(d["fix"]))
+    shapes = list(dict.fromkeys([*((s, SHOWN_CAUSE) for s in range(most, 0, -1)),
+                                 *((min(most, 1), c) for c in range(SHOWN_CAUSE, 0, -1)),
+                                 *((0, c) for c in range(SHOWN_CAUSE, 0, -1))]))
+    tries = [(shape, room - led) for shape in shapes if shape[0] >= min(FEWEST_STEPS, most)] + [(shape, room) for shape in shapes]
+    sizes: dict[tuple[int, int], int] = {}
+    for (steps, cause), space in tries:
+        if (steps, cause) not in sizes:
+            sizes[steps, cause] = rows(con, lambda c: print_diagnosis(c, d, n, room=0, steps=steps, cause=cause))
+        if sizes[steps, cause] <= space:
+            return steps, cause
+    return shapes[-1]
 
 
 def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief: bool = False, verbose: bool = False,
-                    room: int = SCREEN_ROWS, steps: int = SHOWN_STEPS) -> None:
-    """One diagnosis: header, evidence, cause, fix, links; by default in `room` rows (SHOWN_CAUSE lines
-    of cause, SHOWN_STEPS steps or as many as fit, one link), all of it with `verbose`."""
-    if not (brief or verbose) and steps > FEWEST_STEPS and room > 0 and rows(con, lambda c: print_diagnosis(c, d, n, room=0, steps=steps)) > room:
-        return print_diagnosis(con, d, n, room=room, steps=steps - 1)
+                    room: int = SCREEN_ROWS, led: int = 0, steps: int = SHOWN_STEPS, cause: int = SHOWN_CAUSE) -> None:
+    """One diagnosis: header, evidence, cause, fix, links; by default in `room` rows with the `led` rows
+    after it (`fit`; a `room` of 0: `steps` steps and `cause` lines of cause), all of it with `verbose`."""
+    if not (brief or verbose) and room > 0:
+        steps, cause = fit(con, d, n, room, led)
     role = "" if d["role"] == "root" else f"[dim]{aside(_('consequence'))}[/]"
     if d["confidence"] == "likely":  # found by the words of its family, not by a known message
         role += f"[yellow]{aside(_('likely: {words}').format(words=' + '.join(d['hint'])))}[/]"
@@ -132,15 +157,15 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
         return
     links = d["links"] if verbose else d["links"][:SHOWN_LINKS]
     label = max(cell_len(x) for x in (_("Cause"), _("Fix"), *(_(link["kind"]) for link in links)))
-    block(con, f"   [bold]{pad(_('Cause'), label)}[/]  ", escape(d["cause"]), None if verbose else SHOWN_CAUSE)
+    block(con, f"   [bold]{pad(_('Cause'), label)}[/]  ", escape(d["cause"]), None if verbose else cause)
     shown = d["fix"] if verbose else d["fix"][:steps]
     for i, step in enumerate(shown, 1):
-        block(con, f"   [bold]{pad(_('Fix') if i == 1 else '', label)}[/]  {i:>{len(str(len(shown)))}}. ", escape(step))
+        block(con, f"   [bold]{pad(_('Fix') if i == 1 else '', label)}[/]  {i:>{len(str(len(shown)))}}. ", escape(step), margin=3)
     if verbose:  # the steps for other releases than this run's
         for other in d.get("fix_other_versions", ()):
             only = ", ".join(f"{p} {spec}".strip() for p, spec in other["versions"].items())
             block(con, f"   {pad('', label)}  [dim]{aside(_('for {releases} only').format(releases=only)).strip()}[/] ",
-                  f"[dim]{escape(other['text'])}[/]")
+                  f"[dim]{escape(other['text'])}[/]", margin=3)
     for link in links:
         kind = f"   [dim]{pad(_(link['kind']), label)}[/]  "
         state = f"{link_state(link)} · " if link_state(link) else ""
@@ -155,21 +180,14 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     block(con, f"   [dim]{lead(_('more:'))}[/]", escape(more) + hidden)
 
 
-def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
-    """The whole report; `summary` keeps every diagnosis to its header (watch and run already printed them)."""
+def _print_status(con: Console, report: Report, ranked: list) -> None:
+    """What the report says before its diagnoses: inputs it could not read, warnings, how the command ended."""
     for err in report.errors:  # the common reasons are in the catalogue (JSON keeps them in English)
         block(con, "[bold red]errmap:[/] ", f"{escape_line(err.path)}{_(': ')}{escape(_(err.reason))}")
     for s in report.sources:
         if s.warning:
             block(con, "[yellow]errmap:[/] ", f"{escape_line(s.path)}: {escape(s.warning)}")
-    ranked = report.ranked()
-    residue = report.triage.unrecognized()
-    read = [s for s in report.sources if not s.error]
-    lines = sum(s.lines for s in read)
-    scanned = (ngettext("{n} file", "{n} files", len(read)).format(n=len(read)) + _(", ")
-               + ngettext("{lines:,} line", "{lines:,} lines", lines).format(lines=lines))
     cmd = report.command()
-    stopped = report.triage.interrupted()
     if cmd and cmd.get("interrupted") and not cmd.get("killed_by_errmap"):
         block(con, "", f"[bold yellow]{_('Interrupted (Ctrl-C)')}[/]"
               + escape(_(": the command ended with status {status}.").format(status=cmd["status"])))
@@ -183,6 +201,19 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             errno, says = report.exits[cmd["signal"]]
             block(con, f"   {lead(_('Likely cause:'))}", f"{errno} {escape(says)}")
             block(con, f"   [dim]{lead(_('more:'))}[/]", f"[dim]errmap explain {errno}[/]")
+
+
+def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
+    """The whole report; `summary` keeps every diagnosis to its header (watch and run already printed them)."""
+    ranked = report.ranked()
+    above = counted(con, lambda c: _print_status(c, report, ranked))  # rows on the screen above the first diagnosis
+    residue = report.triage.unrecognized()
+    read = [s for s in report.sources if not s.error]
+    lines = sum(s.lines for s in read)
+    scanned = (ngettext("{n} file", "{n} files", len(read)).format(n=len(read)) + _(", ")
+               + ngettext("{lines:,} line", "{lines:,} lines", lines).format(lines=lines))
+    cmd = report.command()
+    stopped = report.triage.interrupted()
     if not ranked and not residue and report.errors:
         n = len(report.errors)
         also = f"[dim]{aside(_('{scanned} read').format(scanned=scanned))}[/]" if read else ""
@@ -202,27 +233,28 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     stack += escape(g.describe()) + _("; ") if len(runs) < 2 and (g := report.gpu()) else ""
     if tops:
         heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
-        block(con, "", f"[bold]{heading}[/][dim]{aside(stack + scanned + _('; ') + _('root cause first'))}[/]")
-        con.print()
+        above += counted(con, lambda c: block(c, "", f"[bold]{heading}[/][dim]{aside(stack + scanned + _('; ') + _('root cause first'))}[/]"))
     else:
         heading = ngettext("No known cause for {n} error", "No known cause for {n} errors", len(residue)).format(n=len(residue))
-        block(con, "", f"[bold]{heading}[/][dim]{aside(stack + scanned)}[/]")
-        con.print()
+        above += counted(con, lambda c: block(c, "", f"[bold]{heading}[/][dim]{aside(stack + scanned)}[/]"))
+    con.print()
+    above += 1
     shown: dict[int, int] = {}
     for n, (inc, d) in enumerate(tops, 1):
         shown[d["errno"]] = shown.get(d["errno"], 0) + 1
         if shown[d["errno"]] > SHOWN_PER_CODE and not verbose:
             continue
         opens = n == 1 or inc.run != tops[n - 2][0].run
+        above = above if n == 1 else 0
         if len(runs) > 1 and opens:
             files = [s.path for s in report.sources if s.run == inc.run]
             more_files = ngettext("and {n} more file", "and {n} more files", len(files) - 1).format(n=len(files) - 1)
             what = _(", ").join(x for x in (stack_name(d["framework"], language()) if d["framework"] else "", (d["gpu"] or {}).get("name", ""), files[0] if files else "",
                                             more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
-            block(con, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]")
+            above += counted(con, lambda c: block(c, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]"))
         led = rows(con, lambda c: _print_consequences(c, inc, dicts))
-        print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose, room=SCREEN_ROWS - led)
+        print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose, room=SCREEN_ROWS - above, led=led)
         _print_consequences(con, inc, dicts)
         con.print()
     for errno, k in shown.items():
