@@ -1,9 +1,12 @@
 """A Ray cluster of several `ray start` nodes on this one host, for the cluster tests and benchmark.
 
 Each node is a `ray start --block` of its own: one CPU, its own --temp-dir (so its own node id and
-session log folder), a resource `n<i>` to pin work to it, and its own ports where nodes on one host
-would otherwise collide: the dashboard agent listens on 52365 on every node unless told otherwise, and
-each raylet draws its workers' ports from the same default range. Stopping it leaves no process behind.
+session log folder), a resource `n<i>` to pin work to it, its own loopback address (127.0.0.<i+1>: Linux
+routes all of 127/8 to this host, so errors name each node by an IP of its own; Ray reports the head by
+this host's address), and its own ports where nodes on one host would otherwise collide: the dashboard
+agent listens on 52365 on every node unless told otherwise, and each raylet draws its workers' ports from
+the same default range. The GCS marks a node whose raylet is gone dead within about three seconds (one
+health check a second, as a cluster configured so would). Stopping it leaves no process behind.
 """
 
 from __future__ import annotations
@@ -52,9 +55,10 @@ def ours(root: str) -> list[int]:
 
 
 class LocalCluster:
-    """`with LocalCluster(3) as c:` starts a head and two workers on 127.0.0.1 and waits until all are alive."""
+    """`with LocalCluster(3) as c:` starts a head and two workers and waits until all are alive; with
+    `dashboard=True` the head serves the Ray dashboard (and Jobs API) at `c.dashboard`."""
 
-    def __init__(self, nodes: int, prefix: str = "emray"):
+    def __init__(self, nodes: int, prefix: str = "emray", dashboard: bool = False):
         assert nodes * WORKER_PORTS <= 19999 - 10002
         self.nodes = nodes
         self.root = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
@@ -62,7 +66,10 @@ class LocalCluster:
         self.address = f"127.0.0.1:{self.port}"
         # auth mode said outright: with it unset, a token that an earlier local ray.init() left in ~/.ray/auth_token
         # turns token auth on for `ray start` and the clients then fail to connect
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "disabled"}
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "disabled",
+                    "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+                    "RAY_health_check_failure_threshold": "2"}
+        self.dashboard = f"http://127.0.0.1:{free_port()}" if dashboard else None
         self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> LocalCluster:
@@ -78,9 +85,11 @@ class LocalCluster:
 
     def start(self, timeout: float = 180) -> None:
         for i in range(self.nodes):
-            where = ["--head", f"--port={self.port}", "--include-dashboard=false"] if i == 0 else [f"--address={self.address}"]
+            dash = (["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard.rsplit(':', 1)[1]}"]
+                    if self.dashboard else ["--include-dashboard=false"])
+            where = ["--head", f"--port={self.port}", *dash] if i == 0 else [f"--address={self.address}"]
             low = 10002 + i * WORKER_PORTS
-            cmd = [RAY, "start", "--block", *where, "--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+            cmd = [RAY, "start", "--block", *where, "--num-cpus=1", f"--node-ip-address=127.0.0.{i + 1}", "--disable-usage-stats",
                    "--object-store-memory=100000000", f"--temp-dir={self.root}/t{i}", f"--resources={{\"n{i}\": 1}}",
                    f"--dashboard-agent-listen-port={free_port()}",
                    f"--min-worker-port={low}", f"--max-worker-port={low + WORKER_PORTS - 1}"]

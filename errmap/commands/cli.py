@@ -104,11 +104,13 @@ def main() -> None:
               help="With --ray: only lines after TIME ('2026-12-03 10:00', or an age: 2h, 30m, 1d).")
 @click.option("--node-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="With --ray: a node that has not answered by then is reported as such.")
+@click.option("--connect-timeout", type=click.FloatRange(min=0.5), default=15.0, show_default=True, metavar="SECONDS",
+              help="With --ray: how long the address may take to answer as a Ray GCS.")
 def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, one_run: bool, report_path: str | None,
              kb_dirs: tuple[str, ...],
              probe: bool = False, data_file: str | None = None, model_dir: str | None = None,
              ray_address: str | None = None, node_paths: tuple[str, ...] = (), since: str | None = None,
-             node_timeout: float = 60.0) -> None:
+             node_timeout: float = 60.0, connect_timeout: float = 15.0) -> None:
     """Diagnose log files, directories of logs, compressed files (gz, bz2, xz, zst) or - for stdin; or, with
     --ray, a whole Ray cluster.
 
@@ -116,7 +118,7 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
     """
     kb = _load_kb(kb_dirs, "text" if report_path else fmt)
     if ray_address is not None:
-        _scan_ray(kb, ray_address, paths, node_paths, since, node_timeout, fmt, verbose, report_path)
+        _scan_ray(kb, ray_address, paths, node_paths, since, node_timeout, connect_timeout, fmt, verbose, report_path)
     if not paths:
         raise click.UsageError(_("give log files or directories to scan, or --ray for a Ray cluster"))
     try:
@@ -136,19 +138,22 @@ def scan_cmd(paths: tuple[str, ...], fmt: str, verbose: bool, jobs: int | None, 
 
 
 def _scan_ray(kb: kbmodel.KB, address: str, paths: tuple[str, ...], node_paths: tuple[str, ...], since: str | None,
-              node_timeout: float, fmt: str, verbose: bool, report_path: str | None) -> None:
+              node_timeout: float, connect_timeout: float, fmt: str, verbose: bool, report_path: str | None) -> None:
     from errmap.commands import cluster
 
     if paths:
         raise click.UsageError("--ray scans the nodes' own logs; name more files on every node with --node-path GLOB")
     try:
         cutoff = cluster.parse_since(since) if since else None
-        done = cluster.scan_cluster(kb, None if address == "auto" else address, list(node_paths), cutoff, node_timeout)
+        done = cluster.scan_cluster(kb, None if address == "auto" else address, list(node_paths), cutoff, node_timeout,
+                                    connect_timeout)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except cluster.ClusterError as exc:
         _console(stderr=True).print(f"[bold red]errmap:[/] {escape(str(exc))}")
         sys.exit(EXIT_INPUT)
+    for note in done.notes:
+        _console(stderr=True).print(f"[yellow]errmap:[/] {escape(note)}")
     more = {"nodes": [n.to_json() for n in done.nodes]}
     _save_report(done.report, fmt, report_path, more, kb)
     fmt = "text" if report_path else fmt
@@ -183,7 +188,7 @@ def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmodel.KB 
     if fmt in ("json", "text"):
         return dumps(doc) + "\n"
     if fmt == "sarif":
-        return dumps(sarif(doc["diagnoses"], doc["unrecognized"])) + "\n"
+        return dumps(sarif(doc["diagnoses"], doc["unrecognized"], doc.get("nodes"))) + "\n"
     lines = [jsonl(d) for d in doc["diagnoses"]] if fmt == "jsonl" else github(doc["diagnoses"], doc["unrecognized"])
     return "".join(line + "\n" for line in lines)
 

@@ -93,7 +93,7 @@ def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None,
         **({"hint": list(inc.words)} if inc.words is not None else {}),
         "file": inc.first.path,
         "line": inc.first.lineno,
-        "last_line": inc.last.lineno if inc.last else inc.first.lineno,
+        "last_line": inc.until or inc.first.lineno,  # in "file", as "line" is
         "count": inc.count,
         "ranks": sorted(inc.ranks),
         "hosts": sorted(inc.hosts),

@@ -1,10 +1,13 @@
 """`--format sarif`: a SARIF 2.1.0 log of the diagnoses of `Report.diagnoses` (one rule per errno, one
-result per diagnosis and per unrecognized error), for code-scanning tools."""
+result per diagnosis and per unrecognized error), for code-scanning tools. Every location is a valid URI
+reference: a relative path as one, an absolute path as a file:// URI, and a file on a node of a Ray cluster
+relative to that node's base URI (file://IP/, in run.originalUriBaseIds)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import urllib.parse
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -24,8 +27,12 @@ def _fingerprint(d: dict[str, Any]) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -> dict[str, Any]:
-    """A SARIF 2.1.0 log: one rule per errno, one result per diagnosis (and per unrecognized error)."""
+def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]],
+          nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A SARIF 2.1.0 log: one rule per errno, one result per diagnosis (and per unrecognized error). `nodes` are the
+    nodes of a cluster scan (`label`, `ip`, `node_id`), whose files' paths start with 'label:'."""
+    bases = {n["label"]: {"uri": f"file://{_host(n['ip'])}/", "description": {"text": f"node {n['label']} ({n['node_id']})"}}
+             for n in nodes or ()}
     rules: list[dict[str, Any]] = []
     index: dict[int, int] = {}
     results = []
@@ -48,7 +55,7 @@ def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -
             "ruleIndex": index[d["errno"]],
             "level": "error" if d["role"] == "root" else "warning",
             "message": {"text": f"{d['title']}: {d['cause']}"},
-            "locations": [_location(ev["file"], ev["line"]) for ev in d["evidence"][:1]],
+            "locations": [_location(ev["file"], ev["line"], bases) for ev in d["evidence"][:1]],
             "partialFingerprints": {"errmapIncident/v1": _fingerprint(d)},
             "occurrenceCount": d["count"],
             "properties": {"captures": d["captures"], **({"verdict": d["verdict"]} if "verdict" in d else {})},
@@ -61,14 +68,22 @@ def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) -
             "ruleIndex": len(rules) - 1,
             "level": "error",
             "message": {"text": f"Error not in the knowledge base: {u['message'] or u['type']}"[:1000]},
-            "locations": [_location(u["file"], u["line"])],
+            "locations": [_location(u["file"], u["line"], bases)],
         })
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [{"tool": {"driver": {"name": "errmap", "version": _version(), "rules": rules}}, "results": results}],
-    }
+    run: dict[str, Any] = {"tool": {"driver": {"name": "errmap", "version": _version(), "rules": rules}}, "results": results}
+    if bases:
+        run["originalUriBaseIds"] = bases
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
-def _location(path: str, line: int) -> dict[str, Any]:
-    return {"physicalLocation": {"artifactLocation": {"uri": path}, "region": {"startLine": max(line, 1)}}}
+def _host(ip: str) -> str:
+    return f"[{ip}]" if ":" in ip else ip
+
+
+def _location(path: str, line: int, bases: dict[str, Any]) -> dict[str, Any]:
+    label = next((b for b in bases if path.startswith(b + ":/")), None)
+    if label is not None:
+        where = {"uri": urllib.parse.quote(path[len(label) + 2:], errors="surrogateescape"), "uriBaseId": label}
+    else:
+        where = {"uri": "file://" + urllib.parse.quote(path, errors="surrogateescape") if path.startswith("/") else urllib.parse.quote(path, errors="surrogateescape")}
+    return {"physicalLocation": {"artifactLocation": where, "region": {"startLine": max(line, 1)}}}

@@ -76,6 +76,7 @@ class Incident:
     evidence: list[Line] = field(default_factory=list)
     count: int = 0
     last: Line | None = None
+    until: int = 0  # the number of the last line in the file of the first (`last` may be in another file)
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     files: dict[str, None] = field(default_factory=dict)  # in order of appearance
@@ -97,6 +98,8 @@ class Incident:
 
     def add(self, line: Line) -> None:
         self.count += line.repeat
+        if not self.evidence or line.path == self.evidence[0].path:
+            self.until = line.lineno
         self.last = line
         if len(self.evidence) < MAX_EVIDENCE:
             self.evidence.append(kept(line))
