@@ -321,53 +321,6 @@ def _merge(matcher: Matcher, source: Source, parts: Iterable[_Part]) -> Iterator
     """The events of a file's ranges in order, then what a serial scan's end of input adds."""
     offset = 0
     scanner = Scanner(matcher, source.path)
-ENDING = (signal.SIGTERM, signal.SIGHUP)  # what ends errmap at once; SIGINT is a KeyboardInterrupt, which ends a pool
-
-
-class _Ended(Exception):
-    """SIGTERM or SIGHUP while workers run: raised where errmap is, so that leaving the pool ends them."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-
-
-def _end(signum: int, _frame: object) -> None:
-    for s in ENDING:  # one more while the workers are ended must not cut that short
-        if signal.getsignal(s) is _end:
-            signal.signal(s, signal.SIG_IGN)
-    raise _Ended(signum)
-
-
-def _worker_start(caught: list[int]) -> None:
-    """A worker keeps the default action of the signals errmap catches (Pool.terminate sends SIGTERM)."""
-    for s in caught:
-        signal.signal(s, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
-
-
-@contextmanager
-def _pool(n: int) -> Iterator[multiprocessing.pool.Pool]:
-    """Forked workers that no signal leaves behind. SIGTERM and SIGHUP (where they have their default action) are held
-    while the workers fork, then caught: the workers are ended and errmap ends by the signal, as it would have."""
-    main = threading.current_thread() is threading.main_thread()
-    caught = [s for s in ENDING if main and signal.getsignal(s) is signal.SIG_DFL]
-    previous = {s: signal.signal(s, _end) for s in caught}
-    signal.pthread_sigmask(signal.SIG_BLOCK, caught)
-    try:
-        with multiprocessing.get_context("fork").Pool(n, initializer=_worker_start, initargs=(caught,)) as pool:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
-            yield pool
-    except _Ended as exc:  # leaving the pool has ended its workers
-        signal.signal(exc.signum, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [exc.signum])
-        os.kill(os.getpid(), exc.signum)
-        raise
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
     for part in parts:
         yield from _unpack(matcher, part.events, offset)
         if not part.inherited:
