@@ -370,6 +370,21 @@ def test_search_index_holds_the_log_words(site):
     assert "Hardware limit" in text and "shared memory" in text
 
 
+def test_the_chinese_site_says_its_own_labels_in_chinese(site):
+    """The generator's labels, the theme's toggles and permanent links and the file:// notice of the Chinese
+    pages come from the catalogue; the English site keeps its English."""
+    page = (site / "zh" / "errno" / "1012" / "index.html").read_text(encoding="utf-8")
+    index = (site / "zh" / "errno" / "index.html").read_text(encoding="utf-8")
+    for english in ("Permanent link", "Dark mode", "Light mode", "How this log was made", "recorded from real software",
+                    "Related", "Usually caused by", "the line errmap matched", "Search needs", "<th>errno</th>", "</code>, line "):
+        assert english not in page + index, english
+    assert 'title="永久链接"' in page and "深色模式" in page and "这份日志是怎么得到的" in page and "<th>错误码</th>" in index
+    assert 'name="errmap-no-search" content="搜索需要通过 HTTP 访问站点' in page
+    assert "相关：<a" in (site / "zh" / "errno" / "1013" / "index.html").read_text(encoding="utf-8")
+    english = (site / "errno" / "1012" / "index.html").read_text(encoding="utf-8")
+    assert 'title="Permanent link"' in english and "How this log was made" in english and "Search needs" in english
+
+
 def _checkout_copy(tmp_path: Path) -> Path:
     root = tmp_path / "checkout"
     root.mkdir(parents=True)

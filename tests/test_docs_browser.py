@@ -250,6 +250,8 @@ def test_a_page_from_the_file_system_says_search_needs_serve(browser, site_dir):
     note = page.locator(".errmap-no-search")
     assert note.count() == 1 and "errmap docs serve" in note.inner_text()
     assert "errmap docs serve" in page.locator(".md-search__input").get_attribute("placeholder")
+    page.goto((site_dir / "zh" / "index.html").as_uri())  # the Chinese site says it in Chinese
+    assert page.locator(".errmap-no-search").inner_text().startswith("搜索需要通过 HTTP 访问站点")
     context.close()
 
 

@@ -138,20 +138,23 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     from errmap.commands.sections import HEADINGS, MANY, doctor_lines, find_example, probe_lines, related_groups
     from errmap.report import i18n
     from errmap.report.i18n import _
+    from errmap.report.text import aside, lead
 
     from errmap.kb import gpus
 
     names = e.captures | set(gpus.PLACEHOLDERS)
+    after = "" if _(":").endswith("：") else " "  # no space after a full-width colon or parenthesis
+    within = (lambda words: _("({what}) ").format(what=text(words)).strip())  # (words), in Chinese （words）
 
     def means() -> list[str]:
-        return [prose(e.summary), ""] + ([f"**{_('Applies to:')}** {prose(e.applies_to)}", ""] if e.applies_to else [])
+        return [prose(e.summary), ""] + ([f"**{_('Applies to:')}**{after}{prose(e.applies_to)}", ""] if e.applies_to else [])
 
     def fix() -> list[str]:
         # One list, grouped: the general steps, then each stack's, marked with the stack's name.
         groups = e.steps_by_stack(i18n.language())
-        return [f"{n}. " + (f"**{text(stack)}{_(':')}** " if stack and len(groups) > 1 else "")
-                + (f"*({text(gpus.label(step.gpu))})* " if step.gpu else "")
-                + (f"*({text(step.releases)})* " if step.releases else "") + prose(step.text, names)
+        return [f"{n}. " + (f"**{text(stack)}{_(':')}**{after}" if stack and len(groups) > 1 else "")
+                + (f"*{within(gpus.label(step.gpu))}*{after}" if step.gpu else "")
+                + (f"*{within(step.releases)}*{after}" if step.releases else "") + prose(step.text, names)
                 for n, (stack, step) in enumerate(((stack, step) for stack, steps in groups for _, step in steps), 1)] + [""]
 
     def why() -> list[str]:
@@ -162,7 +165,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
 
         out = [] if e.links else [_("None recorded.")]
         for link in e.links:
-            state = f" ({text(s)})" if (s := link_state(link)) else ""
+            state = aside(text(s)) if (s := link_state(link)) else ""
             out.append(f"- **{_(link.kind)}** {_link(link.url, link.title)}{state}")
         return out + [""]
 
@@ -178,9 +181,9 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
             out += [_("None."), ""]
         for label, items in groups:
             if len(items) > MANY:
-                out += [f"**{_(label)}{_(':')}** " + _(", ").join(f"[{n}](../{n}/index.md)" for n, _title in items), ""]
+                out += [f"**{_(label)}{_(':')}**{after}" + _(", ").join(f"[{n}](../{n}/index.md)" for n, _title in items), ""]
                 continue
-            out += [f"- {_(label)}{_(':')} [{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
+            out += [f"- {lead(_(label) + _(':'))}[{n} · {text(title or '')}](../{n}/index.md)" for n, title in items] + [""]
         return out
 
     def confirms() -> list[str]:

@@ -231,6 +231,11 @@ def shown(conditions: tuple[str, ...], gpu: GPU | None) -> bool:
     return True
 
 
+# Where a Chinese phrase meets a Latin word it was put beside ("不支持 bf16" + "的 GPU"): a space, as Chinese
+# text around code and names has.
+HAN_LATIN = regex.compile(r"(?<=\p{Han})(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=\p{Han})")
+
+
 def label(conditions: tuple[str, ...]) -> str:
     """'only on GPUs whose fp16 is slow; not on GPUs without bf16' for a step's conditions ('' for none)."""
     from errmap.report.i18n import _
@@ -241,11 +246,6 @@ def label(conditions: tuple[str, ...]) -> str:
         what = _(CONDITION_NAMES.get(base, base))
         out.append((_("not on GPUs {what}") if c.startswith("not ") else _("only on GPUs {what}")).format(what=what))
     return HAN_LATIN.sub(" ", _("; ").join(out))
-
-
-# Where a Chinese phrase meets a Latin word it was put beside ("不支持 bf16" + "的 GPU"): a space, as Chinese
-# text around code and names has.
-HAN_LATIN = regex.compile(r"(?<=\p{Han})(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=\p{Han})")
 
 
 def fitting(items: list, gpu: GPU | None) -> list:
