@@ -203,6 +203,16 @@ def test_a_token_wider_than_the_line_runs_past_the_edge_whole():
     assert any(url in line for line in lines) and pip in over  # at column 0, the URL with its command
 
 
+def test_a_path_wider_than_the_screen_takes_a_line_of_its_own_and_no_blank_one(tmp_path):
+    folder = tmp_path / ("a-folder-name-longer-than-a-line-" * 3)
+    folder.mkdir()
+    log = folder / "train.log"
+    log.write_bytes((ROOT / CASCADE).read_bytes())
+    d = diagnosis(piped("scan", str(log), cols=80))
+    assert d[1].startswith(f"{log}:17") and all(line.strip() for line in d)  # at column 0, whole, no empty row before it
+    assert all(cell_len(line) <= 80 for line in d if str(log) not in line)
+
+
 def test_a_token_wider_than_the_indent_allows_moves_to_the_margin_rather_than_folding():
     path = "fixtures/1009/verl-vllm-v0-rollout-p40.log"
     lines = piped("scan", path, cols=80)

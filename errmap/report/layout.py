@@ -77,17 +77,17 @@ def _atoms(text: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in atoms]
 
 
-def _breaks(text: str, first: int, room: int, width: int) -> list[int]:
+def _breaks(text: str, first: int, room: int, label: bool) -> list[int]:
     """Offsets in `text` where its lines after the first start: `first` cells on the first line (after
     its lead), `room` on the rest. A piece that does not fit what is left starts a line, also the
-    body's first piece where a lead of its own is left behind on the first line; a line holding a
-    piece wider than `room` holds nothing else."""
+    body's first piece where a `label` is left alone on the first line; a line holding a piece wider
+    than `room` holds nothing else."""
     starts: list[int] = []
     used, avail, end = 0, first, 0
     for a, b in _atoms(text):
         size = cell_len(text[a:b])
         gap = cell_len(text[end:a]) if used else 0
-        if used + gap + size > avail and (used or first < width):
+        if used + gap + size > avail and (used or label):
             starts.append(a)
             used, avail = size, room
         else:
@@ -96,14 +96,14 @@ def _breaks(text: str, first: int, room: int, width: int) -> list[int]:
     return starts
 
 
-def _cut(text: str, first: int, room: int, width: int, lines: int) -> int | None:
+def _cut(text: str, first: int, room: int, label: bool, lines: int) -> int | None:
     """Where to end `text` so that it and an ellipsis fill at most `lines` lines: after a sentence when
     one ends in the last quarter, else after a word; None when it fits whole."""
-    starts = _breaks(text, first, room, width)
+    starts = _breaks(text, first, room, label)
     if len(starts) < lines:
         return None
     ends = [b for _, b in reversed(_atoms(text[: starts[lines - 1]]))]
-    word = next((b for b in ends if len(_breaks(text[:b] + " " + ELLIPSIS, first, room, width)) < lines), 0)
+    word = next((b for b in ends if len(_breaks(text[:b] + " " + ELLIPSIS, first, room, label)) < lines), 0)
     sentence = next((b for b in ends if b <= word and text[b - 1] in _SENTENCE_END), 0)
     return sentence if sentence >= 3 * word // 4 else word
 
@@ -111,27 +111,29 @@ def _cut(text: str, first: int, room: int, width: int, lines: int) -> int | None
 def block(con: Console, lead: str, body: str = "", lines: int | None = None, margin: int | None = None) -> None:
     """Print markup `lead` then markup `body`, wrapped at the console's width, every line after the
     first indented to where the body starts (a line too wide for that at `margin`, by default where
-    the lead's text starts, or at column 0); with `lines`, cut to that many lines with an ellipsis (or
-    to nothing when not a word of it fits)."""
+    the lead's text starts, or at column 0; the first line too where the lead is only spaces); with
+    `lines`, cut to that many lines with an ellipsis (or to nothing when not a word of it fits)."""
     head, text = _text(lead), _text(body)
     indent = cell_len(head.plain)
+    label = bool(head.plain.strip())
     if margin is None:
         margin = indent - cell_len(head.plain.lstrip(" "))
     room = max(con.width - indent, MIN_ROOM)
     first = max(con.width - indent, 0)
-    if lines is not None and (cut := _cut(text.plain, first, room, con.width, lines)) is not None:
+    if lines is not None and (cut := _cut(text.plain, first, room, label, lines)) is not None:
         text = text[:cut]  # nothing when not a word fits
         if cut:
             text.rstrip()
             text.append(ELLIPSIS if _wide(text.plain[-1]) else " " + ELLIPSIS)
-    offsets = [len(head.plain) + b for b in _breaks(text.plain, first, room, con.width)]
-    rows = (head + text).divide(offsets)
+    offsets = [len(head.plain) + b for b in _breaks(text.plain, first, room, label)]
     out = Text()
-    for i, line in enumerate(rows):
+    for i, line in enumerate((head + text).divide(offsets)):
+        if i == 0 and not label:  # only an indent: laid out as the lines after it
+            line = line[len(head.plain):]
         line.rstrip()
         size = cell_len(line.plain)
-        shift = next((at for at in (indent, margin) if at + size <= con.width), 0)
-        out.append_text(Text("\n" + " " * shift) + line if i else line)
+        shift = next((at for at in (indent, margin) if at + size <= con.width), 0) if (i or not label) and size else 0
+        out.append_text(Text(("\n" if i else "") + " " * shift) + line)
     con.print(out)
 
 
