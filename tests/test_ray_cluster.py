@@ -195,7 +195,8 @@ def test_errmaps_own_task_logs_are_not_scanned(scanned, cluster):
     doc = json.loads(out.stdout)
     new = [s["path"] for s in doc["sources"] if s["path"] not in before]
     # the first scan's workers wrote logs on every node: not one of them is read
-    assert not [p for p in new if os.path.basename(p).startswith(("worker-", "python-core-", "runtime_env_setup-"))], new
+    assert not [p for p in new if os.path.basename(p).startswith(
+        ("worker-", "python-core-", "runtime_env_setup-", "event_CORE_WORKER_", "event_EXPORT_TASK_"))], new
     assert all(n["skipped"] >= 3 for n in doc["nodes"]), doc["nodes"]
 
 

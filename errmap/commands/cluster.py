@@ -21,7 +21,7 @@ import hashlib
 import io
 import json
 import os
-import shutil
+import pickle
 import tempfile
 import time
 import urllib.error
@@ -61,7 +61,9 @@ _HEADER_REACH = 200  # lines from such a header to the error it wraps (the task'
 _JOB_LOG = regex.compile(r"(?:python-core-driver-(?P<job>[0-9a-f]{8})[0-9a-f]*_(?P<pid>\d+)\.log"
                          r"|worker-(?P<worker>[0-9a-f]+)-(?P<job>[0-9a-f]{8})-(?P<pid>\d+)\.(?:out|err)"
                          r"|runtime_env_setup-(?P<job>[0-9a-f]{8})\.log)")
-_PROCESS_LOG = regex.compile(r"python-core-worker-(?P<worker>[0-9a-f]+)_(?P<pid>\d+)\.log|event_CORE_WORKER_(?P<pid>\d+)\.log")
+# ... and a worker's other logs, by its worker id or pid: its core-worker log, its event files (event_CORE_WORKER_<pid>,
+# event_EXPORT_TASK_<pid>)
+_PROCESS_LOG = regex.compile(r"python-core-worker-(?P<worker>[0-9a-f]+)_(?P<pid>\d+)\.log|event_[A-Z_]+?_(?P<pid>\d+)\.log")
 HEAD_BYTES = 64 << 10  # bytes of a file's start that tell shared copies of it apart
 RECENT = timedelta(hours=24)  # dead nodes reported without --since: those the GCS marked dead this long ago at most
 GCS_PORT = 6379  # `ray start --head`'s default GCS port
@@ -91,17 +93,15 @@ def _line_time(line: Line) -> datetime | None:
 
 
 def _epoch(line: Line, utc_offset: float) -> float | None:
-    """When a line was printed, in seconds since the epoch: its own zone where it names one, else the node's."""
+    """When a line was printed, in seconds since the epoch: in its own zone where it names one, else its node's."""
     when = _line_time(line)
     if when is None:
         return None
-    m = _STAMP.match(line.time or "")
-    zone = m[8] if m else None
+    m = _STAMP.match(line.time)
+    zone = m[8]
     if zone:
-        offset = 0 if zone == "Z" else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[-2:]) * 60)
-    else:
-        offset = utc_offset
-    return calendar.timegm(when.timetuple()) + float("0." + m[7] if m and m[7] else 0) - offset
+        utc_offset = 0 if zone == "Z" else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[-2:]) * 60)
+    return calendar.timegm(when.timetuple()) + float(f"0.{m[7] or 0}") - utc_offset
 
 
 @dataclass
@@ -392,12 +392,12 @@ def _modules() -> tuple[str, tempfile.TemporaryDirectory | None]:
     return str(root), staged
 
 
-def _connect(address: str, jobs_tag: str):
+def _connect(address: str):
     ray = _ray()
     modules, staged = _modules()
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False,
-                 job_config=ray.job_config.JobConfig(metadata={JOB_TAG: jobs_tag}),
+                 job_config=ray.job_config.JobConfig(metadata={JOB_TAG: "scan"}),
                  runtime_env={"py_modules": [modules], "excludes": ["__pycache__"]})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ClusterError(f"no Ray cluster reachable at {address!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
@@ -499,9 +499,7 @@ def _share(lists: dict[str, list[tuple[str, str, int, str | None]]]) -> dict[str
 def _scan(kb: KB, address: str | None, node_paths: list[str], since: datetime | None, node_timeout: float,
           connect_timeout: float) -> ClusterScan:
     gcs, notes = resolve(address, connect_timeout)
-    ray = _connect(gcs, "scan")
-    import pickle
-
+    ray = _connect(gcs)
     try:
         nodes, jobs = _node_table(ray, since)
         alive = [n for n in nodes if n.status == "ok"]
