@@ -44,9 +44,9 @@ def test_good_data_and_model_give_no_data_warnings(tmp_path):
 
 def test_preference_layout_misses_verl_columns(tmp_path):
     data = preference_parquet(tmp_path / "train.parquet")
-    _, doc = doctor_json("--data", str(data))
+    _, doc = doctor_json("--stack", "verl", "--data", str(data))
     (w,) = [w for w in doc["warnings"] if w["errno"] == 1033]
-    assert "'data_source'" in w["says"] and "'reward_model'" in w["says"] and w["file"] == str(data)
+    assert "it reads RL prompts: prompt, data_source, reward_model" in w["says"] and w["file"] == str(data)
     assert 1034 in codes(doc)  # prompt is a plain string
 
 
@@ -55,7 +55,7 @@ def test_data_files_from_the_overrides_and_prompt_key(tmp_path):
     _, doc = doctor_json("--", f"data.train_files={raw}", f"data.val_files=[{tmp_path / 'missing.parquet'}]")
     assert str(raw) in doc["data"]
     (w,) = [w for w in doc["warnings"] if w["errno"] == 1033]
-    assert "'prompt'" in w["says"]
+    assert "RL prompts: prompt, " in w["says"] and doc["stack"] == {"key": "verl", "from": "the overrides"}
     assert any(w["errno"] == 1035 and "does not exist" in w["says"] for w in doc["warnings"])
 
 
@@ -133,7 +133,7 @@ def test_small_shm_and_missing_arch():
 
 
 def test_text_output_has_a_paste_block(tmp_path):
-    proc = errmap("doctor", "--data", str(preference_parquet(tmp_path / "p.parquet")), timeout=300)
+    proc = errmap("doctor", "--stack", "verl", "--data", str(preference_parquet(tmp_path / "p.parquet")), timeout=300)
     out = proc.stdout.decode()
     assert proc.returncode == 1
     assert out.count("```") == 2 and "gpu.count" in out and "1033" in out

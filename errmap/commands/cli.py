@@ -419,13 +419,17 @@ def explain(query: str, fmt: str, kb_dirs: tuple[str, ...]) -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.option("--data", "data_files", multiple=True, type=click.Path(), metavar="FILE",
-              help="A parquet file the run will read (repeatable; data.train_files/val_files after -- count too).")
+              help="A data file the run will read, parquet or JSON (repeatable; data.train_files/val_files after -- count too).")
 @click.option("--model", "model_dir", type=click.Path(), metavar="DIR",
               help="The model folder (else actor_rollout_ref.model.path after --).")
+@click.option("--stack", type=click.Choice(["verl", "trl", "openrlhf", "llamafactory"]), default=None,
+              help="The trainer whose data rules --data is checked by (else the one verl's overrides or the installed "
+                   "packages name).")
 @format_option()
 @kb_option
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINING OVERRIDES...]")
-def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+def doctor(data_files: tuple[str, ...], model_dir: str | None, stack: str | None, fmt: str, kb_dirs: tuple[str, ...],
+           overrides: tuple[str, ...]) -> None:
     """Check this machine, data and model before a run; warn about the codes it will hit.
 
     \b
@@ -437,7 +441,7 @@ def doctor(data_files: tuple[str, ...], model_dir: str | None, fmt: str, kb_dirs
     from errmap.commands.doctor import diagnose_setup, print_doctor
 
     kb = _load_kb(kb_dirs, "json")  # the KB's predictions (yours too: --kb), in English like the rest of doctor
-    doc = diagnose_setup(list(data_files), model_dir, list(overrides), kb)
+    doc = diagnose_setup(list(data_files), model_dir, list(overrides), kb, stack)
     if fmt == "json":
         click.echo(dumps(doc.to_json(kb, kb.localized("zh") if i18n.asked() == "zh" else None)))
     else:

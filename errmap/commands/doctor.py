@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from errmap.kb import datasets
 from errmap.kb import load as kbmod
 from errmap.kb import predict as predictions
 from errmap.kb.model import KB
@@ -45,6 +46,8 @@ class Doctor:
     model_facts: dict[str, Fact] = field(default_factory=dict)
     warnings: list[Warning_] = field(default_factory=list)
     typed: list[str] = field(default_factory=list)  # keys of overrides without `+` (which adds a key on purpose)
+    stack: str | None = None  # the run's trainer (kb/stacks.yaml key), whose data rules apply (kb/datasets.yaml)
+    stack_from: str = ""  # how it was known: --stack, the overrides, the installed packages
     probing: bool = False  # run a fact a prediction needs that the environment block did not read
     extra: dict[tuple, Fact] = field(default_factory=dict)  # those facts, by (name, captures, data file)
 
@@ -66,7 +69,8 @@ class Doctor:
         self.facts["run.config"] = run("run.config", ctx)
         for path in self.data:
             dctx = Context(data=path, model=self.model, config=self.config)
-            names = DATA_PROBES + (["data.prompt_tokens"] if self.model else [])
+            names = DATA_PROBES + (["data.prompt_tokens"] if self.model else []) + \
+                (["data.dataset_info"] if self.stack == "llamafactory" else [])
             self.data_facts[path] = {n: run(n, dctx) for n in names}
         if self.model:
             mctx = Context(model=self.model, config=self.config)
@@ -99,6 +103,7 @@ class Doctor:
             "errmap": _errmap_version(),
             "python": sys.version.split()[0],
             "platform": platform.platform(),
+            "stack": {"key": self.stack, "from": self.stack_from} if self.stack else None,
             "facts": {n: f.to_json() for n, f in self.facts.items()},
             "data": {p: {n: f.to_json() for n, f in fs.items()} for p, fs in self.data_facts.items()},
             "model": {n: f.to_json() for n, f in self.model_facts.items()} if self.model else None,
@@ -125,7 +130,32 @@ def _title(kb, errno: int) -> dict[str, str]:
     return {"slug": e.slug, "title": e.title} if e else {}
 
 
-def diagnose_setup(data: list[str], model: str | None, overrides: list[str], kb: KB | None = None) -> Doctor:
+def trainer(config: dict[str, str], given: str | None = None) -> tuple[str | None, str]:
+    """(the run's trainer, how it is known): --stack, else a verl override (verl's config keys), else the one trainer
+    whose distribution is installed here (kb/stacks.yaml `pip`); (None, "") when none or several are."""
+    import importlib.metadata as md
+
+    from errmap.kb.stacks import STACKS
+
+    if given:
+        return given, "--stack"
+    if any(predictions.is_verl_key(k.lstrip("+")) for k in config):
+        return "verl", "the overrides"
+    installed = []
+    for s in STACKS:
+        if s.key in datasets.rules():
+            for dist in s.pip:
+                try:
+                    md.version(dist)
+                    installed.append(s.key)
+                    break
+                except md.PackageNotFoundError:
+                    pass
+    return (installed[0], "the installed packages") if len(installed) == 1 else (None, "")
+
+
+def diagnose_setup(data: list[str], model: str | None, overrides: list[str], kb: KB | None = None,
+                   stack: str | None = None) -> Doctor:
     config = parse_overrides(overrides)
     files = list(data)
     for key in ("data.train_files", "data.val_files"):
@@ -133,6 +163,7 @@ def diagnose_setup(data: list[str], model: str | None, overrides: list[str], kb:
             files += [f for f in all_files(config.get(k)) if f not in files]
     model = model or config.get("actor_rollout_ref.model.path")
     doc = Doctor(config, files, model, typed=[a.partition("=")[0] for a in overrides if "=" in a and not a.startswith("+")])
+    doc.stack, doc.stack_from = trainer(config, stack)
     doc.run_probes()
     doc.predict(kb)
     return doc
@@ -146,6 +177,9 @@ def environment_rows(doc: Doctor) -> list[tuple[str, str]]:
         if name == "run.config" and not doc.config:
             continue
         rows.append((f"{name:<{width}}", fact.show() + (f"  [{fact.via}]" if fact.known and fact.via else "")))
+    if doc.data:  # whose rules the data is checked by
+        rows.append((f"{'run.stack':<{width}}", f"{doc.stack}  [{doc.stack_from}]" if doc.stack else
+                     "unknown: give --stack to check the data by a trainer's rules"))
     for path, facts in doc.data_facts.items():
         rows.append(("-- data ", path))
         rows += [(f"{n:<{width}}", f.show()) for n, f in facts.items()]

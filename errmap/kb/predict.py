@@ -15,7 +15,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from errmap.kb import datasets
 from errmap.kb.model import KB, Condition, Entry, Prediction
+from errmap.kb.stacks import NAMES
 from errmap.probes.base import Fact
 from errmap.kb.compare import compare, contains, empty, pick
 
@@ -41,6 +43,7 @@ class Setup(Protocol):
     model: str | None
     model_facts: dict[str, Fact]
     typed: list[str]  # the override keys as typed, without those a `+` adds on purpose
+    stack: str | None  # the trainer of the run (kb/stacks.yaml key), when known
 
     def setting(self, key: str) -> tuple[str | None, bool]: ...
 
@@ -180,10 +183,11 @@ def _fill(text: str, names: dict[str, str]) -> str:
 class Mechanism:
     """A rule that is no plain comparison: fn(setup, params) yields (case, names) per warning."""
 
-    fn: Callable[[Setup, dict[str, Any]], Iterator[tuple[str, dict[str, str]]]]
+    fn: Callable[..., Iterator[tuple[str, dict[str, str]]]]
     params: dict[str, str]  # the parameters the KB gives it: name -> "setting" (a verl key), "number" or "list"
     cases: tuple[str, ...]  # the cases it says something for
     names: tuple[str, ...]  # the {names} its sentences may use
+    per_file: bool = False  # said of each data file: fn(setup, params, path)
 
     @property
     def settings(self) -> list[str]:
@@ -286,12 +290,43 @@ def misspelt_key(doc: Setup, p: dict[str, Any]) -> Iterator[tuple[str, dict[str,
             yield "did_you_mean", {"key": key, "close": close[0], "version": version}
 
 
+def trainer_file_type(doc: Setup, p: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """A data file of a type the run's trainer does not load (kb/datasets.yaml)."""
+    if doc.stack and (types := datasets.unloadable(doc.stack, path)) is not None:
+        yield "not_loaded", {"file": path, "stack": NAMES.get(doc.stack, doc.stack), "types": shown(list(types))}
+
+
+def trainer_columns(doc: Setup, p: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """A data file whose columns fit none of the run's trainer's dataset formats (kb/datasets.yaml); LLaMA-Factory's by
+    the dataset_info.json beside it."""
+    columns = doc.fact("data.columns", {}, path) if doc.stack in datasets.rules() else None
+    if columns is None or not columns.known:
+        return
+    info = doc.fact("data.dataset_info", {}, path) if doc.stack == "llamafactory" else None
+    needs = datasets.unfit(doc.stack, set(columns.value), lambda key: setting(doc, key)[0],
+                           info.value if info is not None and info.known else None)
+    if needs:
+        formats = "; ".join(f"{name}: {', '.join(cols)}" for name, cols in needs)
+        yield "no_format", {"file": path, "stack": NAMES.get(doc.stack, doc.stack), "columns": shown(columns.value),
+                            "formats": formats}
+
+
+def trainer_chat_column(doc: Setup, p: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """A prompt column of plain text for a trainer that reads chat messages (kb/datasets.yaml `chat`: verl's)."""
+    fmt = doc.fact("data.prompt_format", {}, path) if doc.stack and datasets.wants_chat(doc.stack) else None
+    if fmt is not None and fmt.known and fmt.value.get("present") and not fmt.value.get("chat"):
+        yield "not_chat", {"file": path, "column": str(fmt.value["column"]), "type": str(fmt.value.get("type"))}
+
+
 _BATCH_KEYS = ("strategy", "train", "mini", "n", "gpus_per_node", "nodes", "sp", "micro")
 MECHANISMS = {
     "verl_batch": Mechanism(verl_batch, {**dict.fromkeys(_BATCH_KEYS, "setting"), "strategies": "list"},
                             ("indivisible", "below_mini", "no_rows_per_gpu", "micro_indivisible"),
                             (*_BATCH_KEYS, "real", "gpus", "ranks", "per_gpu")),
     "misspelt_key": Mechanism(misspelt_key, {"cutoff": "number"}, ("did_you_mean",), ("key", "close", "version")),
+    "trainer_file_type": Mechanism(trainer_file_type, {}, ("not_loaded",), ("file", "stack", "types"), per_file=True),
+    "trainer_columns": Mechanism(trainer_columns, {}, ("no_format",), ("file", "stack", "columns", "formats"), per_file=True),
+    "trainer_chat_column": Mechanism(trainer_chat_column, {}, ("not_chat",), ("file", "column", "type"), per_file=True),
 }
 
 
@@ -299,7 +334,10 @@ MECHANISMS = {
 
 
 def scope(p: Prediction) -> str:
-    """Where a prediction looks: each data file (a data.* fact), the model (model.*) or the machine."""
+    """Where a prediction looks: each data file (a data.* fact, a mechanism per file), the model (model.*) or the
+    machine."""
+    if p.mechanism in MECHANISMS and MECHANISMS[p.mechanism].per_file:
+        return "data"
     facts = [n for c in p.when for n in (c.fact, c.against) if n]
     if any(n.startswith("data.") for n in facts):
         return "data"
@@ -323,9 +361,10 @@ def _one(doc: Setup, e: Entry, p: Prediction, path: str | None) -> list[Warning_
     about = path if path is not None else doc.model if scope(p) == "model" else None
     first = sum(len(q.sentences) for q in e.predicts[: e.predicts.index(p)])
     if p.mechanism:
-        return [Warning_(e.errno, _fill(p.says[case], names), _attach(doc, list(p.show), [], path),
+        m = MECHANISMS[p.mechanism]
+        return [Warning_(e.errno, _fill(p.says[case], names), _attach(doc, list(p.show), [], path), about,
                          sentence=first + list(p.says).index(case), names=names)
-                for case, names in MECHANISMS[p.mechanism].fn(doc, p.params)]
+                for case, names in (m.fn(doc, p.params, path) if m.per_file else m.fn(doc, p.params))]
     names = {"file": path or "", "model": doc.model or ""}
     read: list[tuple[str, dict[str, str]]] = []
     for c in p.when:  # in order: a later condition's fact is read only when the earlier ones hold

@@ -40,7 +40,8 @@ PROBES: dict[str, str] = {
     "net.interfaces": "network interfaces and their state",
     "net.socket_ifname": "whether NCCL_SOCKET_IFNAME selects an interface that is up",
     # Files
-    "data.file": "whether the data file exists and is a parquet file",
+    "data.file": "whether the data file exists, and whether it is parquet or JSON",
+    "data.dataset_info": "LLaMA-Factory's dataset_info.json entry for the data file (its formatting and columns)",
     "data.columns": "columns and types of the parquet data file",
     "data.prompt_format": "whether the prompt column holds lists of chat messages",
     "data.data_source": "distinct data_source values of the parquet data file",

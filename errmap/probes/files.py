@@ -105,7 +105,8 @@ def _table(ctx) -> _Table:
 
 @probe("data.file", timeout=5, uses=("data", "captures"))
 def data_file(ctx):
-    """Whether the data file exists, is a directory, a git-lfs pointer, or a parquet file (magic bytes)."""
+    """Whether the data file exists, is a directory, a git-lfs pointer, a parquet file (magic bytes); its `format`:
+    parquet, or json for a .json/.jsonl file that opens with an object or an array."""
     path = _data_path(ctx)
     out: dict[str, Any] = {"path": str(path), "exists": path.exists()}
     if not path.exists():
@@ -120,11 +121,15 @@ def data_file(ctx):
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(len(LFS_POINTER))
+        start = (head + f.read(4096)).lstrip()[:1]
         tail = b""
         if size >= 8:
             f.seek(size - 4)
             tail = f.read(4)
-    out.update(size=size, lfs_pointer=head.startswith(LFS_POINTER), parquet=head[:4] == b"PAR1" and tail == b"PAR1")
+    parquet = head[:4] == b"PAR1" and tail == b"PAR1"
+    is_json = path.name.lower().endswith(JSON_SUFFIXES) and start in (b"{", b"[")
+    out.update(size=size, lfs_pointer=head.startswith(LFS_POINTER), parquet=parquet,
+               format="parquet" if parquet else "json" if is_json else None)
     return via(out, "magic bytes")
 
 
@@ -174,6 +179,21 @@ def data_data_source(ctx):
                 if len(seen) >= MAX_SOURCES:
                     return via(seen, "pyarrow (first 50 distinct)")
     return via(seen, "pyarrow")
+
+
+@probe("data.dataset_info", timeout=5, uses=("data", "captures"))
+def data_dataset_info(ctx):
+    """LLaMA-Factory's entry for the data file in the dataset_info.json beside it (its `formatting` and the `columns`
+    that rename the defaults; src/llamafactory/data/parser.py)."""
+    path = _data_path(ctx)
+    info = path.parent / "dataset_info.json"
+    if not info.is_file():
+        raise Unknown(f"no dataset_info.json beside {path}")
+    for name, entry in _read_json(info).items():
+        if isinstance(entry, dict) and entry.get("file_name") in (path.name, str(path)):
+            return via({"name": name, "formatting": entry.get("formatting", "alpaca"), "columns": entry.get("columns", {})},
+                       str(info))
+    raise Unknown(f"{info} has no entry whose file_name is {path.name}")
 
 
 # ---------------------------------------------------------------- model folder
