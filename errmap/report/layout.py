@@ -25,8 +25,9 @@ WIDTH = 80  # columns of output that is not a terminal, when COLUMNS is not set
 MIN_ROOM = 16  # cells a wrapped line keeps after its indent, however narrow the terminal
 ELLIPSIS = "…"
 
-# a code span, a size with its unit ("139.80 GiB"), a run of white space, one character
-_UNIT = regex.compile(r"`[^`\n]+`|\d+(?:\.\d+)? (?:[KMGTP]i?B|bytes)\b|\s+|\X")
+# a code span, a size with its unit ("139.80 GiB"), a run of white space, a run of ASCII that starts
+# neither (no digit, no backtick: one unit, as its characters would be), one character
+_UNIT = regex.compile(r"`[^`\n]+`|\d+(?:\.\d+)? (?:[KMGTP]i?B|bytes)\b|\s+|[!-/:-_a-~]+|\X")
 _NO_START = set(",.;:!?)]}%'\"、，。；：！？）》」』】…’”")  # never the first character of a line
 _NO_END = set("([{（《「『【‘“")  # never the last
 _SENTENCE_END = (".", ";", "。", "；", "！", "？", "!", "?")
