@@ -168,10 +168,15 @@ def _emit(report: Report, fmt: str, verbose: bool, kb: kbmodel.KB | None = None,
     if fmt == "text":
         print_report(_console(), report, verbose)
         return
-    for err in report.errors:
-        _console(stderr=True).print(f"[bold red]errmap:[/] {escape_line(err.path)}: {escape(err.reason)}")
+    _say_errors(report)
     # errmap's own annotations are the only workflow commands it prints (report/inert.py)
     click.echo(_machine(report, fmt, more, kb), nl=False, file=inert.unguarded(sys.stdout) if fmt == "github" else None)
+
+
+def _say_errors(report: Report) -> None:
+    """Input errors on stderr, beside a machine format (text says them in its report)."""
+    for err in report.errors:
+        _console(stderr=True).print(f"[bold red]errmap:[/] {escape_line(err.path)}: {escape(err.reason)}")
 
 
 def _machine(report: Report, fmt: str, more: dict | None = None, kb: kbmodel.KB | None = None) -> str:
@@ -264,19 +269,20 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
             "{watch} reads a log on stdin: pipe one in ({example}), or use {follow} or {run}. Reading this terminal until Ctrl-D.")
             .format(watch="[yellow]errmap watch[/]", example="`python train.py 2>&1 | errmap watch`",
                     follow="`--follow FILE`", run="`errmap run -- CMD`"))
+    echo = (lambda chunk: (sys.stdout.buffer.write(chunk), sys.stdout.buffer.flush())) if passthrough else None
     try:
         if follow_path:
             from errmap.scan.follow import follow_into
 
             notices = _console(stderr=True)
             follow_into(matcher, follow_path, triage, on_new,
-                        notice=lambda msg: notices.print(f"[yellow]errmap:[/] {escape(msg)}"), counted=source)
+                        notice=lambda msg: notices.print(f"[yellow]errmap:[/] {escape(msg)}"), counted=source, echo=echo)
         else:
-            echo = (lambda chunk: (sys.stdout.buffer.write(chunk), sys.stdout.buffer.flush())) if passthrough else None
             scan_source(matcher, source, triage, on_new, echo)
             if source.error:
                 report.errors.append(InputError(source.path, source.error))
-    except InputError as exc:
+    except InputError as exc:  # the followed path: on its source, so that the JSON says it
+        source.error = exc.reason
         report.errors.append(exc)
     except (KeyboardInterrupt, _Stopped) as exc:
         status = 143 if isinstance(exc, _Stopped) else 130
@@ -317,11 +323,15 @@ def _prober(report: Report, settings: Callable[[], dict], data_file: str | None,
 def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None = None, to_stderr: bool = False) -> None:
     for inc in report.triage.incidents.values() if probed else ():
         probed(inc)
+    if fmt != "text":
+        _say_errors(report)
     if fmt == "json":
         click.echo(dumps(report.to_json()), err=to_stderr)
         return
-    if fmt == "jsonl":
-        return  # every diagnosis was already written as it happened
+    if fmt == "jsonl":  # every diagnosis was already written as it happened; an input error ends the stream
+        for err in report.errors:
+            click.echo(jsonl({"error": {"path": err.path, "reason": err.reason}}), err=to_stderr)
+        return
     con = _console(stderr=to_stderr)
     con.print(f"\n[bold]{_('errmap summary')}[/]")
     print_report(con, report, summary=True)

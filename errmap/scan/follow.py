@@ -10,7 +10,9 @@ changing, even when a burst has already grown the file past that offset; what wa
 and not read yet is read from the rotated copy beside the file when there is one, and counted in a
 warning when there is not. A gap between two checks long enough to hide a whole generation is
 warned about too. The calling thread scans: each generation gets its own scanner, so line numbers
-always match the file as it is on disk. A FIFO is read as one stream.
+always match the file as it is on disk. A FIFO is read as one stream; one that replaces the file later is
+not opened (an open would wait for its writer): the file read so far is read on, and a regular file at the path is
+followed again.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from errmap.report.i18n import _
+from errmap.scan import events
 from errmap.scan.matcher import Matcher
 from errmap.scan.scanner import Scanner
 from errmap.scan.parallel import OnNew, feed, scan_source
@@ -42,6 +45,7 @@ SIBLINGS = 1000  # directory entries looked at for the rotated copy of a truncat
 # What the reader tells the scanner, in order: ("data", generation, bytes), ("restart", generation,
 # None) after a truncation, ("end", generation, None), ("notice", None, text), ("error", None, InputError).
 Event = tuple[str, int | None, object]
+Echo = Callable[[bytes], None]
 
 
 class _Backlog:
@@ -121,6 +125,7 @@ class _Reader(threading.Thread):
         self.keys = 0
         self.checked = self.gap = 0.0  # when the path was last checked; the time between the last two checks
         self.full = False  # whether MAX_OPEN files are open
+        self.refused: tuple[int, int] | None = None  # the FIFO, socket or device at the path, already noticed
 
     def run(self) -> None:
         try:
@@ -147,8 +152,21 @@ class _Reader(threading.Thread):
         """Open the file at the path if it is a generation not seen yet."""
         now = time.monotonic()
         self.gap, self.checked = (now - self.checked if self.checked else 0.0), now
-        ident = _identity(self.path)
-        if ident is None or (self.files and self.files[-1].ident == ident):
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        ident = st.st_dev, st.st_ino
+        if self.files and self.files[-1].ident == ident:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(self.path, "is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            if ident != self.refused:
+                self.refused = ident
+                self.backlog.put("notice", None, (
+                    _("{path} is not a regular file any more (a FIFO, socket or device): errmap reads on the file it "
+                      "had open and follows the path again once a regular file is there").format(path=self.path)))
             return
         if len(self.files) >= MAX_OPEN:  # the scanner is far behind: the new file waits, still at the path
             if not self.full:
@@ -158,12 +176,15 @@ class _Reader(threading.Thread):
             self.full = True
             return
         self.full = False
-        try:
-            f = open(self.path, "rb", buffering=0)
+        try:  # never waits: a FIFO put there since the stat opens at once, and is closed again
+            f = open(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb", buffering=0)
         except FileNotFoundError:
             return  # rotated away between stat and open
         except OSError as exc:
             raise InputError(self.path, exc.strerror.lower() if exc.strerror else str(exc)) from None
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced since the stat: the next check tells
+            f.close()
+            return
         file = _File(f, self.keys)
         if self.files and file.ident == self.files[-1].ident:
             f.close()
@@ -261,36 +282,47 @@ def _copy_of(path: str, cur: _File) -> str | None:
     return best[1] if best else None
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 class _Scan:
-    """The scanning side of one generation: its scanner, recoder and lines counted over restarts."""
+    """The scanning side of one generation: its scanner, recoder, and bytes and lines counted over restarts; what
+    it scans goes to `echo` first. Interrupted, it loses nothing it took: `finish` matches it."""
 
-    def __init__(self, matcher: Matcher, path: str):
-        self.matcher, self.path, self.lines = matcher, path, 0
+    def __init__(self, matcher: Matcher, path: str, echo: Echo | None):
+        self.matcher, self.path, self.echo = matcher, path, echo
+        self.bytes = self.lines = 0
         self._start()
 
     def _start(self) -> None:
         self.scanner, self.recoder, self.last = Scanner(self.matcher, self.path), Recoder(), b""
+        self.found: Iterator[events.Event] = iter(())  # what an interrupt while printing a diagnosis left
+
+    def _take(self, text: bytes) -> None:
+        self.scanner.take(text)  # before the echo: an interrupt once it is echoed cannot lose it
+        self.bytes += len(text)
+        if text and self.echo is not None:
+            self.echo(text)
 
     def feed(self, data: bytes, triage: Triage, on_new: OnNew) -> None:
         self.last = data[-1:]
-        feed(triage, self.scanner.feed(self.recoder.feed(data)), on_new)
+        self._take(self.recoder.feed(data))
+        self.found = iter(self.scanner.match())
+        feed(triage, self.found, on_new)
 
     def finish(self, triage: Triage, on_new: OnNew) -> None:
-        feed(triage, self.scanner.feed(self.recoder.finish()), on_new)
+        feed(triage, self.found, on_new)
+        self._take(self.recoder.finish())
+        feed(triage, self.scanner.match(), on_new)
         feed(triage, self.scanner.finish(), on_new)
         self.lines += self.scanner.lineno - 1 + (self.last not in (b"\n", b""))
 
     def restart(self, triage: Triage, on_new: OnNew) -> None:
         self.finish(triage, on_new)
         self._start()
+
+
+def _add(counted: Source | None, bytes_read: int, lines: int) -> None:
+    if counted is not None:
+        counted.bytes_read += bytes_read
+        counted.lines += lines
 
 
 def follow_into(
@@ -300,9 +332,10 @@ def follow_into(
     on_new: OnNew,
     notice: Callable[[str], None],
     counted: Source | None = None,
+    echo: Echo | None = None,
 ) -> None:
-    """Feed `path` into `triage` until the process is interrupted; what was read by then is scanned, and
-    the lines read are added to `counted`."""
+    """Feed `path` into `triage` until the process is interrupted, passing what is read to `echo` first; what
+    was read by then is scanned, and the bytes and lines read are added to `counted`."""
     if os.path.isdir(path):
         raise InputError(path, "is a directory")
     try:
@@ -311,9 +344,10 @@ def follow_into(
         is_stream = False
     if is_stream:  # a FIFO or device cannot be re-read or truncated: one stream to its end
         source = Source(path)
-        scan_source(matcher, source, triage, on_new)
-        if counted is not None:
-            counted.lines += source.lines
+        try:
+            scan_source(matcher, source, triage, on_new, echo)
+        finally:  # interrupted too: scan_source has counted what it read
+            _add(counted, source.bytes_read, source.lines)
         if source.error:
             raise InputError(path, source.error)
         return
@@ -329,7 +363,7 @@ def follow_into(
             raise payload  # type: ignore[misc]
         elif kind == "data":
             if key not in scans:
-                scans[key] = _Scan(matcher, path)
+                scans[key] = _Scan(matcher, path, echo)
             scans[key].feed(payload, triage, on_new)  # type: ignore[arg-type]
         elif key in scans:
             if kind == "restart":
@@ -337,8 +371,7 @@ def follow_into(
             else:  # end
                 scan = scans.pop(key)
                 scan.finish(triage, on_new)
-                if counted is not None:
-                    counted.lines += scan.lines
+                _add(counted, scan.bytes, scan.lines)
 
     reader.start()
     try:
@@ -355,5 +388,4 @@ def follow_into(
         finally:
             for scan in scans.values():
                 scan.finish(triage, on_new)
-                if counted is not None:
-                    counted.lines += scan.lines
+                _add(counted, scan.bytes, scan.lines)
