@@ -4,14 +4,19 @@ With several cores (`-j N`, ERRMAP_JOBS; all of them by default) the work goes t
 processes: a large plain file is split into byte ranges at line boundaries, other files are scanned
 whole, one per task. Events come back in source and line order with line numbers made absolute, so
 the report is the one a single process gives. Stdin, and any input when only one core is used,
-stay in this process.
+stay in this process. No signal leaves a worker behind: Ctrl-C ends the pool as a KeyboardInterrupt, and
+SIGTERM or SIGHUP end the workers first, then errmap as the signal would have.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.pool
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from errmap.scan.matcher import FRAME_WINDOW, Matcher
@@ -300,8 +305,7 @@ def _scan_parallel(matcher: Matcher, sources: list[Source], sizes: list[int | No
         else:
             plan.append([(source.path,)])
     _matcher = matcher
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(n) as pool:
+    with _pool(n) as pool:
         results = pool.imap(_work, [t for tasks in plan for t in tasks])
         for source, tasks in zip(sources, plan):
             if not tasks:
@@ -315,6 +319,53 @@ def _scan_parallel(matcher: Matcher, sources: list[Source], sizes: list[int | No
             else:
                 feed(triage, _merge(matcher, source, (next(results) for _ in tasks)))
     _matcher = None
+
+
+ENDING = (signal.SIGTERM, signal.SIGHUP)  # what ends errmap at once; SIGINT is a KeyboardInterrupt, which ends a pool
+
+
+class _Ended(Exception):
+    """SIGTERM or SIGHUP while workers run: raised where errmap is, so that leaving the pool ends them."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _end(signum: int, _frame: object) -> None:
+    for s in ENDING:  # one more while the workers are ended must not cut that short
+        if signal.getsignal(s) is _end:
+            signal.signal(s, signal.SIG_IGN)
+    raise _Ended(signum)
+
+
+def _worker_start(caught: list[int]) -> None:
+    """A worker keeps the default action of the signals errmap catches (Pool.terminate sends SIGTERM)."""
+    for s in caught:
+        signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
+
+
+@contextmanager
+def _pool(n: int) -> Iterator[multiprocessing.pool.Pool]:
+    """Forked workers that no signal leaves behind. SIGTERM and SIGHUP (where they have their default action) are held
+    while the workers fork, then caught: the workers are ended and errmap ends by the signal, as it would have."""
+    main = threading.current_thread() is threading.main_thread()
+    caught = [s for s in ENDING if main and signal.getsignal(s) is signal.SIG_DFL]
+    previous = {s: signal.signal(s, _end) for s in caught}
+    signal.pthread_sigmask(signal.SIG_BLOCK, caught)
+    try:
+        with multiprocessing.get_context("fork").Pool(n, initializer=_worker_start, initargs=(caught,)) as pool:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
+            yield pool
+    except _Ended as exc:  # leaving the pool has ended its workers
+        signal.signal(exc.signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [exc.signum])
+        os.kill(os.getpid(), exc.signum)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _merge(matcher: Matcher, source: Source, parts: Iterable[_Part]) -> Iterator[Event]:
