@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +34,7 @@ from errmap.scan.failures import GENERIC, GENERIC_LITERALS, GPU_ERROR, LEVEL_LIT
 from errmap.scan.lines import PREFIX, Line
 from errmap.scan.prefilter import Hyperscan, HyperscanError, build, compiles, patterns_wanted
 from errmap.scan.superset import DIGITS, Unsupported, digit_blind, superset
+from errmap.report.i18n import _
 
 MAX_LINE = 1 << 20  # longer lines are cut here; matching still runs on their start
 REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
@@ -40,6 +42,9 @@ REGEX_TIMEOUT = 0.25  # seconds; no line may hang the matcher
 # shapes below are linear, so they run without a timeout, which triples a regex call's cost; anchors
 # from a user's KB (errno 9000-9999) keep REGEX_TIMEOUT.
 MAX_TIMEOUTS = 3  # an anchor that times out on this many lines is switched off for the run
+# A user's anchor that stays just under REGEX_TIMEOUT on every line would still take hours: over a scan it may spend
+# BUDGET seconds, plus PER_LINE for each line it runs on (a linear pattern takes microseconds), then it is switched off.
+BUDGET, PER_LINE = 2.0, 0.001
 ZEROED = bytes.maketrans(b"123456789", b"000000000")  # a line's shape: its digits read as 0
 
 # What comes before the text GENERIC runs on, at its start: the prefixes peel takes, the blanks lstrip takes.
@@ -82,7 +87,8 @@ class Matcher:
         self.entries: dict[int, Entry] = {e.errno: e for e in kb}
         self.hinted = [e for e in kb if e.hints]
         self.timeouts: dict[int, int] = {}  # anchor index -> lines it timed out on
-        self.off: set[int] = set()  # anchors switched off after MAX_TIMEOUTS
+        self.spent: dict[int, tuple[float, int]] = {}  # a user's anchor index -> (seconds it took, lines it ran on)
+        self.off: set[int] = set()  # anchors switched off after MAX_TIMEOUTS, or over their budget
         self.notice = notice or _to_stderr
         literals: dict[bytes, set[int]] = {}
         for i, (_, anchor) in enumerate(self.anchors):
@@ -201,6 +207,7 @@ class Matcher:
                 # matches it too (a guarded look-alike) matters only where an unknown failure may be reported.
                 known = known or generic and anchor.compiled.search(line.text) is not None
                 continue
+            start = time.perf_counter() if risky else 0.0
             try:
                 m = _search(anchor.compiled, line.text, risky)
                 if m is not None and risky and anchor.guard is not None and _search(anchor.guard, line.text, risky):
@@ -209,6 +216,9 @@ class Matcher:
             except TimeoutError:
                 self._timed_out(i, line)
                 continue
+            finally:
+                if risky:
+                    self._charge(i, time.perf_counter() - start, line)
             if m is not None and breaks and m.start() >= breaks[0] and not any(m.start() < b < m.end() for b in breaks):
                 continue  # wholly inside one continuation line: that line is matched on its own
             if m is not None and anchor.frames is not None and not any(
@@ -232,6 +242,18 @@ class Matcher:
             self.notice(f"anchor {k} of {entry.errno} ({entry.slug}) took over {REGEX_TIMEOUT}s on {n} lines "
                         f"(last {line.path}:{line.lineno}); it is off for the rest of this run. "
                         f"`errmap kb check` finds such patterns")
+
+    def _charge(self, i: int, seconds: float, line: Line) -> None:
+        """Count a user's anchor's time; one over its budget is switched off, with a notice."""
+        spent, lines = self.spent.get(i, (0.0, 0))
+        self.spent[i] = spent, lines = spent + seconds, lines + 1
+        if spent > BUDGET + PER_LINE * lines and i not in self.off:
+            self.off.add(i)
+            entry, anchor = self.anchors[i]
+            self.notice(_("anchor {k} of {errno}-{slug} took {seconds} s on {n} lines (last {where}), over its time "
+                          "budget; it is off for the rest of this scan. `errmap kb check` finds such patterns").format(
+                k=entry.anchors.index(anchor) + 1, errno=entry.errno, slug=entry.slug, seconds=f"{spent:.1f}", n=lines,
+                where=f"{line.path}:{line.lineno}"))
 
 
 def _to_stderr(message: str) -> None:
