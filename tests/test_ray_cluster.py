@@ -262,34 +262,49 @@ def test_a_node_that_answers_garbage_is_named_and_the_others_still_report(cluste
     assert nodes["127.0.0.2"]["status"] == "ok" and doc["diagnoses"][0]["errno"] == 1024
 
 
-def _open_by_any_process(path: Path) -> bool:
+def _readers(path: Path) -> list[int]:
+    """The processes that have `path` open."""
+    out = []
     for fd in Path("/proc").glob("[0-9]*/fd/*"):
         try:
             if os.readlink(fd) == str(path):
-                return True
+                out.append(int(fd.parts[2]))
         except OSError:
             pass
-    return False
+    return out
 
 
-def test_a_node_that_dies_mid_scan_is_named_then_listed_dead(cluster):
+def _parent(pid: int) -> str:
+    """The command line of a process's parent."""
+    ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    return Path(f"/proc/{ppid}/cmdline").read_bytes().decode(errors="replace")
+
+
+def test_a_node_scans_with_its_cores_then_dies_mid_scan_and_is_named_then_listed_dead(cluster):
     # Last in this module: it kills node 2's raylet. Node 2's scan is held up by a log of its own that is
-    # slow to read (300,000 failure lines, each one through the full patterns); once its scan task has that
-    # file open, the raylet is killed, and the task's worker follows it within a second
+    # slow to read (600,000 failure lines, 17 MB, each line through the full patterns); a node scans with its
+    # cores as a local scan does, so a process the node's scan task forked reads it. Once it has that file open,
+    # the raylet is killed, and the task's worker follows it within a second
     # (raylet_death_check_interval_milliseconds), long before its scan could end.
     slow = cluster["cluster"].logs(2) / "slow.log"
-    slow.write_text("".join(f"RuntimeError: step {i} failed\n" for i in range(300_000)))
+    slow.write_text("".join(f"RuntimeError: step {i} failed\n" for i in range(600_000)))
     scan = subprocess.Popen([sys.executable, "-m", "errmap", "scan", "--ray", "--node-timeout", "60", "--format", "json"],
                             cwd=cluster["run"], env=cluster["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not _open_by_any_process(slow):
+        while not (readers := _readers(slow)):
             assert scan.poll() is None and time.monotonic() < deadline, "node 2 never started scanning its log"
             time.sleep(0.02)
+        forked = [_parent(pid).startswith("ray::") for pid in readers]
         cluster["cluster"].kill_raylet(2)
         out, err = scan.communicate(timeout=240)
     finally:
         scan.kill()
+    assert all(forked), "the node's scan task read its log itself, not with worker processes"
+    gone = time.monotonic() + 10
+    while _readers(slow) and time.monotonic() < gone:
+        time.sleep(0.2)
+    assert not _readers(slow), "a process of the dead node's scan still reads its log"
     assert scan.returncode == 2, out
     doc = json.loads(out)
     assert doc["diagnoses"][0]["errno"] == 1024

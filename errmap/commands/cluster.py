@@ -4,9 +4,9 @@ The address is checked first, within --connect-timeout: a GCS answers, anything 
 HTTP server, the Ray dashboard, whose cluster's GCS is then used where it can be found). Then one task
 pinned to each alive node (hard node affinity) lists that node's own session logs, found through its
 runtime context, and the user's --node-path globs, leaving out the logs of errmap's own tasks; a file
-that several nodes see (shared storage: the same name, size, modification time and first bytes) goes to
-one of them. A second task on each node scans what it was given with the node's cores, with the same
-matcher and triage as a local scan. Only the node's incidents and residue travel back (evidence lines
+that several nodes see (shared storage: the same name, size, modification time, inode and first bytes)
+goes to one of them. A second task on each node scans what it was given with the node's cores, with the
+same matcher and triage as a local scan. Only the node's incidents and residue travel back (evidence lines
 and counts, never the logs); the driver merges them into one triage, ranked by each line's own time
 (on the driver's clock, as far as the nodes' answers tell it), so the earliest root cause of the
 cluster comes first. A node that dies, does not answer within --node-timeout or answers what cannot be
@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import ctypes
+import functools
 import hashlib
 import io
 import json
 import os
 import pickle
+import signal
 import tempfile
 import time
 import urllib.error
@@ -155,7 +158,9 @@ def _skipped(paths: list[str], jobs: set[str]) -> set[str]:
 
 
 def _identity(path: str, st: os.stat_result) -> str | None:
-    """What one file looks like from any node that sees it: its name, size, modification time and first bytes."""
+    """What one file looks like from any node that sees it on shared storage: its name, size, modification time,
+    inode number (a network file system gives every client the server's) and first bytes. Copies of one log on
+    two nodes' own disks differ in their inodes, and both are scanned."""
     if st.st_size == 0:
         return None
     try:
@@ -164,7 +169,7 @@ def _identity(path: str, st: os.stat_result) -> str | None:
     except OSError:
         return None
     digest = hashlib.blake2b(head, digest_size=16).hexdigest()
-    return f"{os.path.basename(path)}:{st.st_size}:{int(st.st_mtime)}:{digest}"
+    return f"{os.path.basename(path)}:{st.st_size}:{int(st.st_mtime)}:{st.st_ino}:{digest}"
 
 
 def list_here(node_paths: list[str], since: float | None, jobs: list[str]) -> dict[str, Any]:
@@ -188,9 +193,22 @@ def list_here(node_paths: list[str], since: float | None, jobs: list[str]) -> di
             "clock": time.time(), "utc_offset": time.localtime().tm_gmtoff}
 
 
+@functools.cache
+def _forks_end_with_this_process() -> None:
+    """Make every process this one forks from now on die with it: Ray ends a task's worker at once when its
+    raylet dies, and the scan's worker processes must not go on reading without it (Linux's PR_SET_PDEATHSIG)."""
+
+    def child() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+    os.register_at_fork(after_in_child=child)
+
+
 def scan_here(kb: KB, files: list[tuple[str, str]], since: float | None) -> dict[str, Any]:
     """Scan these files with this node's cores; return the compact triage (runs on the node)."""
     start = time.perf_counter()
+    _forks_end_with_this_process()
     sources = [Source(path, run=run) for path, run in files]
     triage = _NodeTriage(runs={s.path: s.run for s in sources}, since=datetime.fromtimestamp(since) if since else None)
     scan_sources(Matcher(kb), sources, [], None, triage)
