@@ -24,7 +24,7 @@ from errmap.probes import verify
 from errmap.report.i18n import _
 from errmap.probes.verify import probe_options
 from errmap.scan.matcher import Matcher
-from errmap.report.contract import Report, diagnose
+from errmap.report.contract import Report, changed, diagnose
 from errmap.report.text import escape, escape_line, print_diagnosis, print_report, source_name
 from errmap.scan.parallel import scan, scan_source
 from errmap.scan.source import COMMAND_OUTPUT, InputError, Source, expand
@@ -209,9 +209,10 @@ def _save_report(report: Report, fmt: str, path: str | None, more: dict | None =
 
 
 def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], dict] | None = None,
-          verbose: bool = False) -> Callable[[Incident | Residue], None]:
-    """What watch and run print the moment a new incident or unrecognized error appears (with the GPU
-    the log has named so far)."""
+          verbose: bool = False, printed: dict[tuple, dict] | None = None) -> Callable[[Incident | Residue], None]:
+    """What watch and run print the moment a new incident or unrecognized error appears: the diagnosis scan gives
+    for the lines read so far (the stack, GPU and releases they have named). A consequence whose cause is already
+    in the log is brief, as scan folds it under that cause. `printed` keeps each diagnosis as it was shown."""
 
     def on_new(item: Incident | Residue) -> None:
         if fmt == "json" or isinstance(item, Residue) and (item.interrupt or report.triage.ended(item) is not None):
@@ -222,14 +223,17 @@ def _live(out: Console, fmt: str, report: Report, extra: Callable[[Incident], di
             else:
                 layout.block(out, f"[yellow]errmap: {_('unrecognized error')}[/] ",
                              f"[cyan]{escape_line(source_name(item.first.path))}:{item.first.lineno}[/]  {escape(item.first.text.strip()[:300])}")
-        else:
+        elif report.triage.shown(item):
             probed = extra(item) if extra is not None else {}
-            d = diagnose(item, gpu=report.gpu(item.run), have=report.versions(item.run))
+            d = diagnose(item, report.framework(item.files), report.gpu(item.run), report.versions(item.run))
             d.update(probed)
+            if printed is not None:
+                printed[item.fingerprint] = d
             if fmt == "jsonl":
                 out.file.write(jsonl(d) + "\n")
             else:
-                print_diagnosis(out, d, brief=item.entry.role == "consequence", verbose=verbose)
+                folded = item.entry.role == "consequence" and report.triage.cause_of(item) is not None
+                print_diagnosis(out, d, brief=folded, verbose=verbose)
         out.file.flush()
 
     return on_new
@@ -261,7 +265,8 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
     sniffer = verify.sniff([source]) if probe and not follow_path else None
     settings = (lambda: sniffer.settings) if sniffer is not None else (lambda: verify.sniff_file(follow_path))
     probed = _prober(report, settings, data_file, model_dir) if probe else None
-    on_new = _live(_console(stderr=passthrough), fmt, report, probed, verbose)
+    printed: dict[tuple, dict] = {}
+    on_new = _live(_console(stderr=passthrough), fmt, report, probed, verbose, printed)
     status = 0  # 130 or 143 once Ctrl-C or SIGTERM ended the reading
     signal.signal(signal.SIGTERM, _stop)  # a summary on SIGTERM too, as on Ctrl-C
     if not follow_path and sys.stdin is not None and sys.stdin.isatty():
@@ -289,7 +294,7 @@ def watch(follow_path: str | None, passthrough: bool, fmt: str, verbose: bool, r
     late: list[int] = []  # a SIGTERM from here on is noted, not raised: the summary is written whole
     signal.signal(signal.SIGTERM, lambda signum, _frame: late.append(signum))
     _save_report(report, file_fmt, report_path)
-    _summary(report, fmt, probed, to_stderr=passthrough)
+    _summary(report, fmt, probed, to_stderr=passthrough, printed=printed)
     sys.exit(143 if late else status or report.exit_code())
 
 
@@ -320,7 +325,8 @@ def _prober(report: Report, settings: Callable[[], dict], data_file: str | None,
     return probed
 
 
-def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None = None, to_stderr: bool = False) -> None:
+def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None = None, to_stderr: bool = False,
+             printed: dict[tuple, dict] | None = None) -> None:
     for inc in report.triage.incidents.values() if probed else ():
         probed(inc)
     if fmt != "text":
@@ -329,12 +335,15 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
         click.echo(dumps(report.to_json()), err=to_stderr)
         return
     if fmt == "jsonl":  # every diagnosis was already written as it happened; an input error ends the stream
+        for inc, d in report.ranked():  # again, marked, where the rest of the log changed what it says
+            if (said := (printed or {}).get(inc.fingerprint)) is None or changed(said, d):
+                click.echo(jsonl(d | ({"updated": True} if said else {})), err=to_stderr)
         for err in report.errors:
             click.echo(jsonl({"error": {"path": err.path, "reason": err.reason}}), err=to_stderr)
         return
     con = _console(stderr=to_stderr)
     con.print(f"\n[bold]{_('errmap summary')}[/]")
-    print_report(con, report, summary=True)
+    print_report(con, report, summary=printed or {})
 
 
 @main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -364,7 +373,8 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
 
     settings = lambda: verify.sniff_file(log_path) if log_path else {}  # noqa: E731
     probed = _prober(report, settings, data_file, model_dir) if probe else None
-    on_new = _live(_console(stderr=True), fmt, report, probed, verbose)
+    printed: dict[tuple, dict] = {}
+    on_new = _live(_console(stderr=True), fmt, report, probed, verbose, printed)
     try:
         log = open(log_path, "wb") if log_path else None
     except OSError as exc:
@@ -381,7 +391,7 @@ def run_cmd(command: tuple[str, ...], log_path: str | None, fmt: str, verbose: b
         if log is not None:
             log.close()
     _save_report(report, file_fmt, report_path)
-    _summary(report, fmt, probed, to_stderr=True)
+    _summary(report, fmt, probed, to_stderr=True, printed=printed)
     sys.exit(outcome.status)
 
 

@@ -118,6 +118,15 @@ def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None,
     }
 
 
+ADVICE = ("cause", "fix", "fix_numbers", "fix_other_versions", "links", "upgrade")  # what lines read later may change
+
+
+def changed(said: dict[str, Any], d: dict[str, Any]) -> bool:
+    """Whether a diagnosis says other things than it said before (`said`): watch and run printed it live, and the
+    lines after it named the run's stack, GPU or releases."""
+    return any(said.get(k) != d.get(k) for k in ADVICE)
+
+
 def _residue(r: Residue) -> dict[str, Any]:
     return {"type": r.type, "message": r.message, "count": r.count, **evidence_json(r.first)}
 

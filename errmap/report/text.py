@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape as _markup
 
 from errmap.kb.stacks import name as stack_name
-from errmap.report.contract import Report, evidence_json, link_state
+from errmap.report.contract import Report, changed, evidence_json, link_state
 from errmap.report.i18n import _, language, ngettext, pad
 from errmap.report.inert import literal, visible
 from errmap.report.layout import block, row
@@ -203,8 +203,9 @@ def _print_status(con: Console, report: Report, ranked: list) -> None:
             block(con, f"   [dim]{lead(_('more:'))}[/]", f"[dim]errmap explain {errno}[/]")
 
 
-def print_report(con: Console, report: Report, verbose: bool = False, summary: bool = False) -> None:
-    """The whole report; `summary` keeps every diagnosis to its header (watch and run already printed them)."""
+def print_report(con: Console, report: Report, verbose: bool = False, summary: dict[tuple, dict] | None = None) -> None:
+    """The whole report; a `summary` of what watch and run printed live (the diagnoses by fingerprint) keeps each
+    diagnosis they printed with the same advice to its header, and shows whole one whose advice the rest of the log changed."""
     ranked = report.ranked()
     above = counted(con, lambda c: _print_status(c, report, ranked))  # rows on the screen above the first diagnosis
     residue = report.triage.unrecognized()
@@ -240,6 +241,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     con.print()
     above += 1
     shown: dict[int, int] = {}
+    briefs = 0  # diagnoses shown brief because an earlier one of their run was shown whole
     for n, (inc, d) in enumerate(tops, 1):
         shown[d["errno"]] = shown.get(d["errno"], 0) + 1
         if shown[d["errno"]] > SHOWN_PER_CODE and not verbose:
@@ -254,7 +256,12 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
             above += counted(con, lambda c: block(c, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]"))
         led = rows(con, lambda c: _print_consequences(c, inc, dicts))
-        print_diagnosis(con, d, n, brief=summary or (not opens and not verbose), verbose=verbose, room=SCREEN_ROWS - above, led=led)
+        if summary is not None:  # brief where the live diagnosis said the same
+            brief = (said := summary.get(inc.fingerprint)) is not None and not changed(said, d)
+        else:
+            brief = not (opens or verbose)
+            briefs += brief
+        print_diagnosis(con, d, n, brief=brief, verbose=verbose, room=SCREEN_ROWS - above, led=led)
         _print_consequences(con, inc, dicts)
         con.print()
     for errno, k in shown.items():
@@ -277,7 +284,7 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: b
     if stopped is not None and not cmd:
         _print_interrupted(con, stopped)
     _print_omitted(con, report.triage)
-    if len(tops) > 1 and not verbose and not summary:
+    if briefs:
         block(con, "", f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
 
 

@@ -212,9 +212,7 @@ class Triage:
         """
         # a consequence known only by the words of its family says nothing that a root cause of its run does not
         rooted = {i.run for i in self.incidents.values() if i.entry.role == "root"}
-        incidents = sorted((i for i in self.incidents.values()
-                            if not (i.words is not None and i.entry.role == "consequence" and i.run in rooted)),
-                           key=lambda i: i.order)
+        incidents = sorted((i for i in self.incidents.values() if not _hinted_after_root(i, rooted)), key=lambda i: i.order)
         for inc in incidents:
             inc.cause, inc.consequences = None, []
         roots: dict[tuple, list[Incident]] = {}  # (run, errno) -> its root incidents, earliest first
@@ -242,6 +240,15 @@ class Triage:
         loose = sorted((i for i in incidents if i.entry.role == "consequence" and i.cause is None), key=lambda i: first[i.run])
         return [x for r in top for x in (r, *_descendants(r))] + loose
 
+    def shown(self, inc: Incident) -> bool:
+        """Whether ranked() lists `inc` (watch and run ask as each incident opens)."""
+        return not _hinted_after_root(inc, {i.run for i in self.incidents.values() if i.entry.role == "root"})
+
+    def cause_of(self, inc: Incident) -> Incident | None:
+        """The earliest root incident of `inc`'s run that the KB says can cause it (what ranked() folds it under)."""
+        return min((i for i in self.incidents.values() if i.run == inc.run and i.entry.role == "root"
+                    and i.entry.errno in inc.entry.caused_by), key=lambda i: i.order, default=None)
+
     def unrecognized(self) -> list[Residue]:
         """Residue in order, without wrappers (`RayTaskError(KeyError): ...`) whose wrapped error was diagnosed, nor
         a user's interrupts (`interrupted`)."""
@@ -268,6 +275,11 @@ class Triage:
     def interrupted(self) -> Residue | None:
         """The first sign that a user stopped the run with Ctrl-C (a traceback ending in KeyboardInterrupt)."""
         return min((r for r in self.residue.values() if r.interrupt), key=lambda r: r.order, default=None)
+
+
+def _hinted_after_root(inc: Incident, rooted: set[str]) -> bool:
+    """A consequence known only by the words of its family in a run with a root cause: it says nothing that the root does not."""
+    return inc.words is not None and inc.entry.role == "consequence" and inc.run in rooted
 
 
 def _under(inc: Incident, ancestor: Incident) -> bool:
