@@ -512,6 +512,60 @@ def kb_check(kb_dirs: tuple[str, ...]) -> None:
     con.print(f"[green]{_('knowledge base OK')}[/]: {_('{n} entries').format(n=len(kbmod.load([Path(p) for p in kb_dirs])))}")
 
 
+@kb_group.command("new")
+@click.argument("where", required=False, metavar="[FILE:LINE]")
+@click.option("--line", "pasted", metavar="TEXT", help="The failure line itself (else FILE:LINE, or the line on stdin).")
+@click.option("--out", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Folder to write the entry to (default: the first --kb DIR, else ERRMAP_KB_PATH's first).")
+@kb_option
+def kb_new(where: str | None, pasted: str | None, out: str | None, kb_dirs: tuple[str, ...]) -> None:
+    """Draft an entry of your own KB from a failure line errmap does not know.
+
+    errmap kb new --kb ~/my-kb train.log:812
+
+    It takes the next free code (9000-9999), an anchor made from the message (numbers, paths, addresses and ids
+    generalised; scan must find the line with it and no line of the healthy logs), the log around the line as its
+    fixture, and leaves the cause and fix for you to write; then runs kb check.
+    """
+    from errmap.commands.draft import DraftError, draft, read_source
+    from errmap.commands.sections import fixtures_dir
+    from errmap.kb.check import check
+    from errmap.report.text import lead
+
+    env = [p for p in os.environ.get("ERRMAP_KB_PATH", "").split(os.pathsep) if p]
+    target = out or next(iter(kb_dirs), None) or next(iter(env), None)
+    err = _console(stderr=True)
+    if target is None:
+        err.print(f"[bold red]errmap:[/] {escape(_('give --out DIR or --kb DIR (or set ERRMAP_KB_PATH): where your entries live'))}")
+        sys.exit(EXIT_INPUT)
+    stdin = sys.stdin.read() if where is None and pasted is None and not sys.stdin.isatty() else None
+    try:
+        lines, n, origin = read_source(where, pasted, stdin)
+        clean = (fixtures_dir() / "clean") if fixtures_dir() else None
+        d, entry, log = draft(lines, n, origin, [Path(p) for p in kb_dirs], Path(target), clean)
+    except DraftError as exc:
+        err.print(f"[bold red]errmap:[/] {escape(str(exc))}")
+        sys.exit(EXIT_INPUT)
+    con = _console()
+    layout.block(con, f"[bold]{_('Drafted')}[/] ", f"[bold red]{d.errno}[/] {escape(d.slug)}  [dim]{escape(str(entry))}[/]")
+    layout.block(con, f"   {lead(_('anchor:'))}", escape(d.regex))
+    layout.block(con, f"   {lead(_('literal:'))}", escape(d.literal))
+    if d.captures:
+        layout.block(con, f"   {lead(_('captures:'))}", escape(", ".join(f"{k}={v}" for k, v in d.captures.items())))
+    if d.framework:
+        layout.block(con, f"   {lead(_('stack:'))}", escape(d.framework))
+    layout.block(con, f"   {lead(_('fixture:'))}", escape(str(log)))
+    problems = check([Path(p) for p in dict.fromkeys([*kb_dirs, target])])
+    if problems:
+        layout.block(con, f"[bold red]{lead(_('kb check:'))}[/]", escape(i18n.ngettext("{n} problem", "{n} problems", len(problems)).format(n=len(problems))))
+        for p in problems:
+            layout.block(con, "   ", escape(p))
+    else:
+        layout.block(con, f"[green]{lead(_('kb check:'))}[/]", escape(_("knowledge base OK")))
+    layout.block(con, f"[dim]{lead(_('next:'))}[/]", escape(_("write its cause and fix in {entry}, then: errmap scan --kb {dir} {log}")
+                                                            .format(entry=entry, dir=target, log=log)))
+
+
 @main.group("docs")
 def docs_group() -> None:
     """The docs site: one page per code, generated from the knowledge base."""

@@ -46,6 +46,9 @@ def load_entry(path: Path, allowed: range = OFFICIAL_RANGE) -> Entry:
     if entry.errno not in allowed:
         line = line_map(yaml.compose(text, Loader=Loader)).get(("errno",), 1)
         raise KBError([f"{path}:{line}: errno {entry.errno} outside {allowed.start}-{allowed.stop - 1}"])
+    if (not entry.cause or not entry.fix) and allowed == OFFICIAL_RANGE:
+        raise KBError([f"{path}:1: cause and fix: an errmap code says both (a draft of your own, "
+                       f"{USER_RANGE.start}-{USER_RANGE.stop - 1}, may leave them empty)"])
     if not entry.links and allowed == OFFICIAL_RANGE:
         raise KBError([f"{path}:1: links: an errmap code needs at least one upstream link (your own entries, "
                        f"{USER_RANGE.start}-{USER_RANGE.stop - 1}, may have none)"])

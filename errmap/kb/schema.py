@@ -372,8 +372,8 @@ class Entry(BaseModel):
     summary: str = Field(min_length=10)
     anchors: list[Anchor] = Field(min_length=1)
     key: list[str] = Field(default_factory=list, description="captures that tell two incidents apart")
-    cause: str = Field(min_length=10)
-    fix: list[Step] = Field(min_length=1)
+    cause: str = Field(default="", description="at least 10 characters; empty only in a draft of your own (kb new)")
+    fix: list[Step] = Field(default_factory=list, description="at least one step; none only in a draft of your own")
     links: list[Link] = Field(default_factory=list, description="required for 1001-1048 (errmap.kb.model.OFFICIAL_RANGE), optional for your own")
     probes: list[str] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
@@ -417,6 +417,8 @@ class Entry(BaseModel):
                 raise ValueError(f"check capture {check.capture!r} is not a capture of any anchor")
         if self.errno in self.caused_by:
             raise ValueError("an entry cannot be caused by itself")
+        if self.cause and len(self.cause) < 10:
+            raise ValueError("cause: a few plain sentences (at least 10 characters)")
         return self
 
 

@@ -5,6 +5,7 @@ nothing; layout.py wraps its rows, i18n.py gives its words."""
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -281,6 +282,8 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: d
                 row(con, f"   [cyan]{escape(r.first.path)}:{r.first.lineno}[/]{count}  {text}")
         if len(shown) < len(residue):
             block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(shown))}[/]")
+        if os.path.isfile(first := residue[0].first.path):  # a log on disk: how to make the first one known
+            block(con, f"   [dim]{lead(_('teach errmap:'))}[/]", f"[dim]errmap kb new {escape(first)}:{residue[0].first.lineno}[/]")
     if stopped is not None and not cmd:
         _print_interrupted(con, stopped)
     _print_omitted(con, report.triage)
