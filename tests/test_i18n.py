@@ -242,7 +242,7 @@ def test_what_each_probe_reads_is_said_in_chinese_in_explain_and_on_the_site():
     assert "reads these facts" not in confirms and " when " not in confirms and "in bytes" not in confirms
     assert "**已确认**的条件：" in confirms and "共享内存" in confirms
     out = errmap("explain", "1012", "--lang", "zh", env={"COLUMNS": "200"}).stdout.decode()
-    assert "gpu.shared_memory: 每块可见 GPU 每个线程块可申请" in out
+    assert "gpu.shared_memory：每块可见 GPU 每个线程块可申请" in out
     assert "为 Pascal 调小 prefix-prefill 的块大小" in out  # the links' titles too
     en = errmap("explain", "1012", env={"COLUMNS": "200"}).stdout.decode()
     assert "gpu.shared_memory: opt-in shared memory per block of each visible GPU, in bytes" in en

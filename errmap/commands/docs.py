@@ -154,7 +154,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         groups = e.steps_by_stack(i18n.language())
         return [f"{n}. " + (f"**{text(stack)}{_(':')}**{after}" if stack and len(groups) > 1 else "")
                 + (f"*{within(gpus.label(step.gpu))}*{after}" if step.gpu else "")
-                + (f"*{within(step.releases)}*{after}" if step.releases else "") + prose(step.text, names)
+                + (f"*{within(step.releases.replace(', ', _(', ')))}*{after}" if step.releases else "") + prose(step.text, names)
                 for n, (stack, step) in enumerate(((stack, step) for stack, steps in groups for _, step in steps), 1)] + [""]
 
     def why() -> list[str]:
@@ -191,7 +191,7 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         if not probes:
             return [_("No probe: the message in the log decides alone."), ""]
         out = [_("`errmap scan --probe` reads these facts from the machine the run failed on:"), ""]
-        out += [f"- {_code(name)}: {text(_(what))}" for name, what in probes] + [""]
+        out += [f"- {_code(name)}{_(': ')}{text(_(what))}" for name, what in probes] + [""]
         return out + [f"- {_('{verdict} when').format(verdict=f'**{_(verdict)}**')} {prose(says)}"
                       for verdict, says in checks] + ([""] if checks else [])
 
@@ -203,9 +203,9 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         for test, sentences in rules:
             holes = set(_PLACEHOLDER.findall(" ".join(sentences)))
             if len(sentences) == 1:
-                out.append(f"- {_code(test)}: {prose(sentences[0], holes)}")
+                out.append(f"- {_code(test)}{_(': ')}{prose(sentences[0], holes)}")
             else:
-                out += [f"- {_code(test)}:", *(f"    - {prose(says, holes)}" for says in sentences)]
+                out += [f"- {_code(test)}{_(':')}", *(f"    - {prose(says, holes)}" for says in sentences)]
         return out + [""]
 
     def messages() -> list[str]:

@@ -156,8 +156,9 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
                 block(con, "  ", f"[bold]{escape(stack or _('Any run'))}[/]")
             digits = len(str(steps[-1][0]))
             for i, step in steps:
-                what = [x for x in (gpus.label(step.gpu) if getattr(step, "gpu", ()) else "", getattr(step, "releases", "")) if x]
-                when = f"[dim]{_('({what}) ').format(what=escape('; '.join(what)))}[/]" if what else ""
+                releases = getattr(step, "releases", "").replace(", ", _(", "))  # a specifier holds no ", "
+                what = [x for x in (gpus.label(step.gpu) if getattr(step, "gpu", ()) else "", releases) if x]
+                when = f"[dim]{_('({what}) ').format(what=escape(_('; ').join(what)))}[/]" if what else ""
                 block(con, f"  {i:>{digits}}. ", when + escape(e.fill(step.text)))
 
     def why() -> None:
@@ -200,7 +201,7 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
         if not probes:
             con.print(f"  [dim]{_('No probe: the message in the log decides alone.')}[/]")
         for name, what in probes:
-            block(con, f"  [cyan]{name}[/]: ", escape(_(what)))
+            block(con, f"  [cyan]{name}[/]{_(': ')}", escape(_(what)))
         for verdict, says in checks:
             block(con, f"  [dim]{lead(_('{verdict} when').format(verdict=_(verdict)))}[/]", escape(says))
 
