@@ -183,7 +183,8 @@ def test_no_fixture_no_example(kb, matcher, tmp_path):
 
 
 def headings(markdown_text: str, level: str = "## ") -> list[str]:
-    return [line[len(level):] for line in markdown_text.splitlines() if line.startswith(level)]
+    """The headings' text, without their attribute lists ({ data-search-exclude })."""
+    return [re.sub(r" \{[^}]*\}$", "", line[len(level):]) for line in markdown_text.splitlines() if line.startswith(level)]
 
 
 def test_every_page_has_the_sections_of_explain(kb, matcher):
@@ -368,6 +369,27 @@ def test_search_index_holds_the_log_words(site):
     index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
     text = " ".join(d["text"] for d in index["docs"] if d["location"].startswith("errno/1012/"))
     assert "Hardware limit" in text and "shared memory" in text
+
+
+def test_search_index_leaves_out_related_codes_and_holds_what_users_type(site):
+    """A page's related codes are other codes' titles, left out of its search index: they find those
+    codes. The Chinese site's tags hold the words Chinese users type for a code (kb/zh `search`)."""
+    import json
+
+    from errmap.report.i18n import _, set_language
+
+    index = {}
+    for lang in ("en", "zh"):
+        set_language(lang)
+        try:
+            related = _("Related codes")
+        finally:
+            set_language(None)
+        docs_ = json.loads((site / ("zh" if lang == "zh" else "") / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+        assert not [d["location"] for d in docs_ if d["title"].replace("\u200b", "") == related]
+        index[lang] = {d["location"]: d for d in docs_}
+    assert "爆显存" in index["zh"]["errno/1017/index.html"]["tags"]
+    assert not any("爆显存" in d.get("tags", ()) for d in index["en"].values())
 
 
 def test_the_chinese_site_says_its_own_labels_in_chinese(site):

@@ -3,6 +3,8 @@ language switch both ways, Chinese searches, no sideways scroll at 390 px. Scree
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from test_docs_browser import LAPTOP, PHONE, _misses, base_url, browser, outside, search, shot, site_dir, viewing  # noqa: F401
@@ -44,6 +46,44 @@ def test_chinese_search_finds_its_page_first(browser, base_url, outside, words, 
         hrefs = search(page, words)
         assert f"errno/{errno}/index.html" in hrefs[0], hrefs[:5]
         shot(page, f"zh-search-{errno}-phone")
+
+
+def _result_pages(page, words: str) -> list:
+    """The pages the search box lists for words typed into it, best first: a code's errno, else the path."""
+    box = page.locator(".md-search__input")
+    box.fill(words)
+    box.press("End")  # the theme searches on a key typed (an input method commits Chinese with one)
+    try:
+        page.wait_for_selector(".md-search-result__item", timeout=5000)
+    except Exception:  # no result at all
+        return []
+    page.wait_for_timeout(500)  # the results of the last keystroke replace those of the one before
+    hrefs = [(a.get_attribute("href") or "").split("?")[0] for a in page.locator(".md-search-result__link").all()]
+    return list(dict.fromkeys(int(m[1]) if (m := re.search(r"errno/(\d+)/index\.html", h)) else h for h in hrefs))
+
+
+# What Chinese users type, with and without a space where Chinese meets Latin letters, and words of
+# their own for an error (kb/zh `search`: 爆显存, 断点续训): each finds its code first.
+TYPED = [("找不到 prompt 列", 1033), ("找不到prompt列", 1033), ("不支持 bf16", 1009), ("不支持bf16", 1009),
+         ("训练时 OOM", 1017), ("训练时OOM", 1017), ("爆显存", 1017), ("断点续训", 1046)]
+
+
+def test_what_chinese_users_type_finds_its_code_first(browser, base_url, outside):
+    from errmap.kb import load as kbmod
+
+    with viewing(browser, base_url, outside, LAPTOP) as page:
+        page.goto(base_url + "/zh/index.html")
+        page.locator(".md-search__input").click()
+        found = {words: _result_pages(page, words) for words, _errno in TYPED}
+        shared = _result_pages(page, "共享内存不足")
+        capability = _result_pages(page, "算力")
+    wrong = {words: found[words][:3] for words, errno in TYPED if found[words][:1] != [errno]}
+    assert not wrong, wrong
+    # GPU shared memory (1012) and /dev/shm (1022) both go by 共享内存: a user short of it may mean either.
+    assert set(shared[:2]) == {1012, 1022}, shared[:5]
+    # 算力 is what users call a GPU's compute capability.
+    codes = {e.errno for e in kbmod.load() if "compute capability" in f"{e.title} {e.summary} {e.cause}".lower()}
+    assert capability and capability[0] in codes, (capability[:5], sorted(codes))
 
 
 def test_pasted_english_message_still_finds_1012_on_the_chinese_site(browser, base_url, outside):

@@ -152,6 +152,19 @@ def test_a_broken_sidecar_names_its_file_and_line(tmp_path):
     assert texts == {} and problems == [f"{side}:4: wrong: Extra inputs are not permitted"]
 
 
+def test_a_sidecars_search_words_are_checked(tmp_path):
+    """`search`: the words users type for a code, each written once, none blank."""
+    (tmp_path / "zh").mkdir()
+    side = tmp_path / "zh" / "9001-x.yaml"
+    side.write_text("title: 标题\ngroup: 分组\nsummary: 这是一段概要文字\nsearch: [爆显存, ' ']\n", encoding="utf-8")
+    texts, problems = translations.load_dir(tmp_path)
+    assert texts == {} and len(problems) == 1 and problems[0].startswith(f"{side}:4: search.1: String should")
+    kb = _kb()
+    assert "爆显存" in kb.zh[1017].search and "断点续训" in kb.zh[1046].search
+    twice = dataclasses.replace(kb.zh[1017], search=("爆显存", "OOM", "爆显存"))
+    assert any(p.endswith("search: ['爆显存'] listed twice") for p in translations.problems(kb.entries[1017], twice))
+
+
 def test_catalogue_covers_every_help_text():
     from errmap.commands.cli import main
 

@@ -29,6 +29,7 @@ _ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
 _ESC.update({c: f"&#{ord(c)};" for c in "\\`*_[]{}|#+-!~"})
 _CODE_SPAN = re.compile(r"(`[^`]+`)")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_HAN_RUN = re.compile(r"[\u3400-\u9fff]+")  # as the search separator (mkdocs.yml) tells Chinese from Latin
 
 
 def checkout() -> Path:
@@ -241,11 +242,9 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
     seen = tuple(v for _, v in shown.captures if re.fullmatch(r"[A-Za-z_][\w.-]{1,39}", v)) if shown else ()
     out = [
         "---",
-        # The words of the code's first message: the tags of every section of the page, weighed a
-        # little above a title (mkdocs.yml), so that message ranks this page above those where it
-        # is one message of many.
+        # The tags of every section of the page, weighed a little above a title (mkdocs.yml).
         # JSON is YAML: every message is quoted and escaped whatever characters it holds.
-        f"tags: {json.dumps(search_words(e, seen, e.anchors[:1]), ensure_ascii=True)}",
+        f"tags: {json.dumps(page_tags(e, kb, seen), ensure_ascii=True)}",
         "---",
         "",
         f"# {e.errno} · {text(e.title)}",
@@ -254,9 +253,21 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         "",
     ]
     for key, heading in HEADINGS.items():
-        out += [f"## {_(heading)}", "", *body[key]()]
+        # The related codes' titles are theirs: search finds their pages by them, not this one.
+        hidden = " { data-search-exclude }" if key == "related" else ""
+        out += [f"## {_(heading)}{hidden}", "", *body[key]()]
     out += ["", f'<p class="errmap-foot">{_("In the terminal:")} <code>errmap explain {e.errno}</code></p>', ""]
     return "\n".join(out)
+
+
+def page_tags(e, kb, seen: tuple[str, ...] = ()) -> list[str]:
+    """The words a page is found by above all: those of the code's first message, so that message ranks
+    this page above those where it is one message of many, and on the Chinese site the words Chinese
+    users type for the error (kb/zh `search`: 爆显存, 断点续训), which its text does not say."""
+    from errmap.report.i18n import language
+
+    zh = kb.zh.get(e.errno) if language() == "zh" else None
+    return search_words(e, seen, e.anchors[:1]) + list(zh.search if zh else ())
 
 
 def groups(kb) -> list[tuple[str, list]]:
@@ -359,7 +370,7 @@ def on_config(config):
     config.nav = nav(kb, tuple(config.extra.get("errmap_pages", ())))
     _labels(config)
     if lang == "zh":
-        _chinese_search_words(root)
+        _chinese_search_words(root, kb)
     return config
 
 
@@ -376,9 +387,10 @@ def _labels(config) -> None:
                            _("Search needs errmap docs serve"))
 
 
-def _chinese_search_words(root: Path) -> None:
+def _chinese_search_words(root: Path, kb) -> None:
     """Teach jieba, which Material's search uses to split Chinese text, the glossary's search
-    phrases (kb/glossary.yaml `search`), so a query such as 显存不足 stays one word."""
+    phrases (kb/glossary.yaml `search`) and the words users type for each code (kb/zh `search`), so
+    that a query such as 显存不足 or 爆显存 stays one word, as the page's tags hold it."""
     try:
         import jieba
     except ImportError:
@@ -386,7 +398,8 @@ def _chinese_search_words(root: Path) -> None:
     import yaml
 
     data = yaml.safe_load((root / "kb" / "glossary.yaml").read_text(encoding="utf-8"))
-    for word in [*(t["zh"] for t in data["terms"]), *data.get("search", [])]:
+    typed = [run for text in kb.zh.values() for word in text.search for run in _HAN_RUN.findall(word)]
+    for word in [*(t["zh"] for t in data["terms"]), *data.get("search", []), *typed]:
         jieba.add_word(word)
 
 

@@ -63,7 +63,10 @@ def regex_phrases(pattern: str) -> list[str]:
 
 
 # The search plugin's separator (mkdocs.yml): queries are split into words by it, and so are these.
-SEARCH_SEPARATOR = re.compile(r"""[\s\u200b\-_,:!=\[\]()"`/']+|\.(?!\d)|&[lg]t;""")
+# Chinese punctuation and the boundary between Chinese and Latin letters or digits split words too
+# (找不到prompt列: 找不到, prompt, 列); Chinese text itself is split by jieba (errmap/commands/docs.py).
+SEARCH_SEPARATOR = re.compile(r"""[\s\u200b\u3000\-_,:!=\[\]()"`/'、。，：；！？（）“”]+|\.(?!\d)|&[lg]t;"""
+                              r"""|(?<=[\u3400-\u9fff])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=[\u3400-\u9fff])""")
 
 
 def search_words(e, seen: tuple[str, ...] = (), anchors=None) -> list[str]:

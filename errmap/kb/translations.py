@@ -2,7 +2,9 @@
 
 A sidecar gives title, group, summary, cause, fix (one step per English step, in order), optionally
 applies_to, says (one per check), predicts (one per sentence of the entry's predictions: a
-mechanism's cases in order), exits (one per exit cause) and links (one title per link, in order). What the software prints stays in
+mechanism's cases in order), exits (one per exit cause), links (one title per link, in order) and search (what
+Chinese users type for the error that its text does not say: 爆显存 for 显存不足; the Chinese docs site finds
+the page by them). What the software prints stays in
 the English entry: anchors are never translated. `problems` is what `errmap kb check` enforces:
 every entry translated, the same {captures}, the same `code spans` (config keys, commands,
 messages), as many steps, checks and link titles as the English (titles checked like the rest), and kb/glossary.yaml's terms.
@@ -37,6 +39,7 @@ class Text:
     predicts: tuple[str, ...] = ()
     exits: tuple[str, ...] = ()
     links: tuple[str, ...] = ()
+    search: tuple[str, ...] = ()
     file: str = ""
 
     @classmethod
@@ -45,6 +48,8 @@ class Text:
 
 
 def _schema():
+    from typing import Annotated
+
     from pydantic import BaseModel, ConfigDict, Field
 
     class Sidecar(BaseModel):
@@ -60,6 +65,7 @@ def _schema():
         predicts: list[str] = Field(default_factory=list)
         exits: list[str] = Field(default_factory=list)
         links: list[str] = Field(default_factory=list)
+        search: list[Annotated[str, Field(min_length=2, max_length=24, pattern=r"^\S(?:.*\S)?$")]] = Field(default_factory=list)
 
     return Sidecar
 
@@ -215,6 +221,9 @@ def problems(entry, text: Text | None, glossary=None) -> list[str]:
             out += [f"{text.file}: {field}: {msg}" for msg in glossary.problems(en, zh)]
     if glossary is not None:
         out += [f"{text.file}: says: {msg}" for zh in text.says for msg in glossary.problems("", zh)]
+    twice = sorted({w for w in text.search if text.search.count(w) > 1})
+    if twice:
+        out.append(f"{text.file}: search: {twice} listed twice")
     return out
 
 
