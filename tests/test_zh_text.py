@@ -154,3 +154,14 @@ def test_doctor_and_run_in_chinese_have_no_english_prose(quoted, tmp_path):
     said = proc.stderr.decode()
     assert "命令输出:2" in said and "vLLM / SGLang 推理服务" in said, said
     assert english_prose(said, quoted) == []
+
+
+def test_the_catalogue_punctuates_as_chinese():
+    """Full-width colons after Chinese, no space between a full stop and a parenthesis, a space between Chinese
+    and a code span or a Latin word (a {placeholder} is filled with either), and click's headings end in '：'."""
+    faults = {"a half-width colon or comma after Chinese": r"\p{Han}[:,;?!]", "a space after Chinese punctuation": r"[。，；：] [（(]",
+              "Chinese against a code span or Latin word": r"\p{Han}[`A-Za-z]|[`A-Za-z]\p{Han}"}
+    found = [f"{name}: {s!r}" for s in _catalogue() for name, fault in faults.items() if regex.search(fault, s)]
+    assert found == []
+    help_zh = errmap("scan", "--lang", "zh", "--help").stdout.decode()
+    assert "\n选项：\n" in help_zh and "选项:" not in help_zh
