@@ -21,7 +21,7 @@ import os
 import stat
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from errmap.scan.runs import name_runs, run_of
@@ -288,40 +288,45 @@ class Expanded:
     errors: list[InputError] = field(default_factory=list)
 
 
-def _file_id(path: str) -> tuple[int, int] | None:
+def _ident(st: os.stat_result) -> int:
+    """Device and inode as one number: a set of a million of them stays small."""
+    return st.st_dev << 64 | st.st_ino
+
+
+def _file_id(path: str) -> int | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+    return _ident(st) if stat.S_ISREG(st.st_mode) else None
 
 
 def _walk(root: str, errors: list[InputError], hidden: bool = True) -> Iterator[str]:
     """Every file under `root`, without recursion (any depth), following links to folders but
-    entering each folder once (a link loop ends); a folder that cannot be read is an error."""
-    seen: set[tuple[int, int]] = set()
+    entering each folder once (a link loop ends); a folder that cannot be read is an error. Each
+    folder is read as it is walked, never held whole."""
+    seen: set[int] = set()
     stack = [root]
     while stack:
         folder = stack.pop()
         try:
-            st = os.stat(folder)
-            if (st.st_dev, st.st_ino) in seen:
+            ident = _ident(os.stat(folder))
+            if ident in seen:
                 continue
-            seen.add((st.st_dev, st.st_ino))
-            entries = list(os.scandir(folder))
+            seen.add(ident)
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if not hidden and entry.name.startswith("."):
+                        continue
+                    try:
+                        if entry.is_dir():
+                            stack.append(entry.path)
+                        elif entry.is_file():
+                            yield entry.path
+                    except OSError:
+                        continue  # a dangling link: nothing to read
         except OSError as exc:
             errors.append(InputError(folder, _reason(exc)))
-            continue
-        for entry in entries:
-            if not hidden and entry.name.startswith("."):
-                continue
-            try:
-                if entry.is_dir():
-                    stack.append(entry.path)
-                elif entry.is_file():
-                    yield entry.path
-            except OSError:
-                continue  # a dangling link: nothing to read
 
 
 def _glob_root(pattern: str) -> tuple[str, list[str]]:
@@ -376,9 +381,9 @@ def _glob(pattern: str, errors: list[InputError]) -> list[str]:
 def expand(paths: list[str]) -> Expanded:
     """Files as given; directories walked and unmatched globs expanded, sorted, each file once."""
     out = Expanded()
-    seen: set[tuple[int, int]] = set()
+    seen: set[int] = set()
 
-    def add_found(files: list[str], given: str) -> None:
+    def add_found(files: Iterable[str], given: str) -> None:
         for f in sorted(files):
             ident = _file_id(f)
             if ident is not None and ident not in seen:
@@ -390,7 +395,7 @@ def expand(paths: list[str]) -> Expanded:
             out.sources.append(Source("-"))
         elif os.path.isdir(p):
             before = len(out.sources)
-            add_found(list(_walk(p, out.errors)), p)
+            add_found(_walk(p, out.errors), p)
             if len(out.sources) == before and not out.errors:
                 out.errors.append(InputError(p, "directory holds no files"))
         elif not os.path.lexists(p) and glob.has_magic(p):
