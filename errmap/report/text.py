@@ -158,7 +158,8 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
         return
     links = d["links"] if verbose else d["links"][:SHOWN_LINKS]
     label = max(cell_len(x) for x in (_("Cause"), _("Fix"), *(_(link["kind"]) for link in links)))
-    block(con, f"   [bold]{pad(_('Cause'), label)}[/]  ", escape(d["cause"]), None if verbose else cause)
+    block(con, f"   [bold]{pad(_('Cause'), label)}[/]  ", escape(d["cause"]) if d["cause"] else  # a draft of your own KB
+          f"[dim]{escape(_('not written yet: your entry leaves it empty'))}[/]", None if verbose else cause)
     shown = d["fix"] if verbose else d["fix"][:steps]
     for i, step in enumerate(shown, 1):
         block(con, f"   [bold]{pad(_('Fix') if i == 1 else '', label)}[/]  {i:>{len(str(len(shown)))}}. ", escape(step), margin=3)
