@@ -76,6 +76,8 @@ def test_scan_then_diagnoses_it_with_the_new_code_whatever_its_numbers(drafted, 
     doc = json.loads(errmap("scan", "--format", "json", "--kb", str(kb), str(log)).stdout)
     assert [d["errno"] for d in doc["diagnoses"]] == [9000] and doc["unrecognized"] == []
     assert doc["diagnoses"][0]["captures"] == {"number": "3", "number_2": "1", "number_3": "27"}
+    text = " ".join(errmap("scan", "--kb", str(kb), str(log)).stdout.decode().split())
+    assert text.startswith("1 diagnosis") and "Cause not written yet: your entry leaves it empty" in text
     other = failed_run(tmp_path, '{"lr": 1e-5, "warmup": 10,}\n')  # the same failure at another place
     doc = json.loads(errmap("scan", "--format", "json", str(other), env={"ERRMAP_KB_PATH": str(kb)}).stdout)
     assert [d["errno"] for d in doc["diagnoses"]] == [9000]
