@@ -221,7 +221,7 @@ def test_chinese_report_uses_full_width_parentheses_and_separators():
     out = errmap("scan", "--lang", "zh", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
     lines = out.splitlines()
     assert lines[0].startswith("1 条诊断（") and lines[0].endswith("；根因在前）") and "; " not in lines[0]
-    assert "失败（3 次；首次出现于 " in out and "另外还出现（知识库未收录）（1）" in out
+    assert "失败（3 次；首次出现于 " in out and "另外还出现知识库未收录的错误（1）" in out
     many = errmap("scan", "--lang", "zh", str(ROOT / "fixtures" / "1017" / "verl-log-prob-oom.log"), env={"COLUMNS": "200"}).stdout.decode()
     assert re.search(r"（还有 \d+ 步）", many), many  # the steps left out, in full-width parentheses
     en = errmap("scan", str(ROOT / "fixtures" / "1031" / "gpu-gloo-oom-cascade.log"), env={"COLUMNS": "200"}).stdout.decode()
