@@ -33,6 +33,11 @@ CONDITIONS = {
     "no-flash-attention-2": lambda a: None if a.flash_attention_2 is None else not a.flash_attention_2,
     "no-vllm-wheels": lambda a: None if a.vllm_wheels is None else not a.vllm_wheels,
 }
+# Conditions that name the kind of GPU a step is for: AMD, or an architecture of the table by its name in lower
+# case (`pascal`, `volta`, ...). A step naming kinds is left out where the run's GPU is known to be of another kind
+# (a model of the table is an NVIDIA GPU of its architecture) and kept where the GPU is not known; "not X" leaves it
+# out where the GPU is known to be X.
+AMD = "amd"
 # How `errmap explain` names each condition: "only on GPUs ..." / "not on GPUs ...".
 CONDITION_NAMES = {
     "no-bf16": "without bf16",
@@ -164,6 +169,11 @@ class GPU:
     def arch(self) -> Architecture | None:
         return table().architectures.get(self.model.capability) if self.model else None
 
+    @property
+    def kind(self) -> str | None:
+        """Its architecture in lower case (a kind of GPU a step may name); None where the table lacks the model."""
+        return self.arch.architecture.lower() if self.arch else None
+
     def holds(self, condition: str) -> bool | None:
         """A step condition of kb: True, False, or None when the table does not say."""
         arch = self.arch
@@ -220,12 +230,26 @@ class GPU:
         return _(", ").join(parts) + (" (--probe)" if self.source == "probe" else "")
 
 
+@cache
+def kinds() -> tuple[str, ...]:
+    """The kinds of GPU a step may name (see AMD above): amd and the table's architectures."""
+    return (AMD, *dict.fromkeys(a.architecture.lower() for a in table().architectures.values()))
+
+
 def shown(conditions: tuple[str, ...], gpu: GPU | None) -> bool:
-    """Whether a fix step with these GPU conditions is for this run: "X" only where the table says X of
-    the run's GPU, "not X" unless it says X."""
+    """Whether a fix step with these GPU conditions is for this run: a fact "X" only where the table says X of
+    the run's GPU, "not X" unless it says X; kinds of GPU as said at AMD above."""
+    kind = gpu.kind if gpu is not None else None
+    named = [c for c in conditions if c in kinds()]
+    if named and kind is not None and kind not in named:
+        return False
     for c in conditions:
-        negated = c.startswith("not ")
-        held = gpu.holds(c.removeprefix("not ")) if gpu is not None else None
+        negated, base = c.startswith("not "), c.removeprefix("not ")
+        if base in kinds():
+            if negated and kind == base:
+                return False
+            continue
+        held = gpu.holds(base) if gpu is not None else None
         if held is not True if not negated else held is True:
             return False
     return True
@@ -240,10 +264,17 @@ def label(conditions: tuple[str, ...]) -> str:
     """'only on GPUs whose fp16 is slow; not on GPUs without bf16' for a step's conditions ('' for none)."""
     from errmap.report.i18n import _
 
-    out = []
+    def kind(names: list[str]) -> str:
+        archs = [n.capitalize() for n in names if n != AMD]
+        return _("made by AMD") if not archs else _("of the {architectures} architecture").format(architectures=_(" or ").join(archs))
+
+    named = [c for c in conditions if c in kinds()]
+    out = [_("for GPUs {what}").format(what=kind(named))] if named else []
     for c in conditions:
         base = c.removeprefix("not ")
-        what = _(CONDITION_NAMES.get(base, base))
+        if c in named:
+            continue
+        what = kind([base]) if base in kinds() else _(CONDITION_NAMES.get(base, base))
         out.append((_("not on GPUs {what}") if c.startswith("not ") else _("only on GPUs {what}")).format(what=what))
     return HAN_LATIN.sub(" ", _("; ").join(out))
 

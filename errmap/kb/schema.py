@@ -103,9 +103,17 @@ def _known_stack(value: str) -> str:
 Stack = Annotated[str, AfterValidator(_known_stack)]
 
 
-# What a fix step can ask of the run's GPU (errmap.kb.gpus.CONDITIONS), as kb/gpus.yaml tells it; "not X" negates.
-GpuCondition = Literal["no-bf16", "slow-fp16", "no-flash-attention-2", "no-vllm-wheels",
-                       "not no-bf16", "not slow-fp16", "not no-flash-attention-2", "not no-vllm-wheels"]
+def _gpu_condition(value: str) -> str:
+    from errmap.kb.gpus import CONDITIONS, kinds
+
+    if value.removeprefix("not ") not in (*CONDITIONS, *kinds()):
+        raise ValueError(f"unknown GPU condition {value!r}: one of {', '.join((*CONDITIONS, *kinds()))}, or 'not ' and one")
+    return value
+
+
+# What a fix step can ask of the run's GPU, as kb/gpus.yaml tells it: a fact (errmap.kb.gpus.CONDITIONS) or the kind of
+# GPU it is for (errmap.kb.gpus.kinds: amd, or an architecture's name in lower case); "not X" negates.
+GpuCondition = Annotated[str, AfterValidator(_gpu_condition)]
 
 
 # A step's code span that names a setting of a versioned stack: a dotted config key ("data.train_files",
