@@ -86,6 +86,13 @@ def test_explain_a_few_words_finds_the_closest_entry():
     assert "closest by its words is 1001" in proc.stderr.decode()
 
 
+@pytest.mark.parametrize("query,code", [("爆显存", 1017), ("断点续训", 1046), ("找不到prompt列", 1033)])
+def test_what_chinese_users_write_finds_its_code(query, code):
+    """The words a code's Chinese sidecar lists under `search` (and its Chinese title) name it, as on the site."""
+    proc = errmap("explain", "--format", "json", query)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["errno"] == code, proc.stderr.decode()
+
+
 def test_a_slug_written_with_spaces_is_that_code():
     for query in ("nccl error", "No Kernel Image"):
         proc = errmap("explain", "--format", "json", query)

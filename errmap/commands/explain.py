@@ -69,18 +69,25 @@ def _anchor_words(e: Entry) -> list[set[str]]:
     return [set(search_words(e, anchors=[a])) | {w for repo, _path, _v in a.sites for w in _words(repo.split("/")[-1])} for a in e.anchors]
 
 
+def _named(e: Entry, kb: KB) -> set[str]:
+    """What names an entry: its title and slug, and its Chinese title and the words Chinese users write for it."""
+    zh = kb.zh.get(e.errno)
+    return _name(e) | ({w for t in (zh.title, *zh.search) for w in _words(t)} if zh else set())
+
+
 def by_words(query: str, kb: KB) -> list[tuple[float, Entry]]:
     """Entries by the share of the query's words (each weighed by its rarity in the KB) that their
-    title, slug, messages and the projects printing them hold; a query word counts when it begins one of theirs, as in
-    the site's search. Among equal shares, the entry most about those words comes first: named by them (title, slug),
-    said in its summary, and held by more of its messages."""
+    title, slug, Chinese title and search words, messages and the projects printing them hold; a query word counts
+    when it begins one of theirs, as in the site's search. Among equal shares, the entry most about those words comes
+    first: named by them, said in its summary, and held by more of its messages."""
     import math
 
     def holds(words: set[str], w: str) -> bool:
         return any(x.startswith(w) for x in words)
 
     anchors = {e.errno: _anchor_words(e) for e in kb}
-    vocab = {e.errno: _name(e) | set().union(*anchors[e.errno]) for e in kb}
+    names = {e.errno: _named(e, kb) for e in kb}
+    vocab = {e.errno: names[e.errno] | set().union(*anchors[e.errno]) for e in kb}
     words = list(dict.fromkeys(_words(query)))
     has = {w: {n for n, v in vocab.items() if holds(v, w)} for w in words}
     weight = {w: math.log((len(vocab) + 1) / (len(has[w]) + 0.5)) for w in words}
@@ -88,7 +95,7 @@ def by_words(query: str, kb: KB) -> list[tuple[float, Entry]]:
 
     def about(e: Entry) -> float:
         msgs = anchors[e.errno]
-        return sum(2 * holds(_name(e), w) + holds(set(_words(e.summary)), w)
+        return sum(2 * holds(names[e.errno], w) + holds(set(_words(e.summary)), w)
                    + (sum(holds(m, w) for m in msgs) / len(msgs) if msgs else 0) for w in words)
 
     scored = [(sum(weight[w] for w in words if e.errno in has[w]) / total, about(e), e) for e in kb]
