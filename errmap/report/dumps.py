@@ -4,7 +4,9 @@ report/contract.py) or one diagnosis a line. The other machine formats have a mo
 
 from __future__ import annotations
 
+import io
 import json
+from itertools import islice
 from typing import Any
 
 import regex
@@ -21,8 +23,12 @@ _RAW = regex.compile(f"[\x7f-\x9f\u2028\u2029{BIDI}\ud800-\udfff]|(?<=#)#\\[")
 def dumps(doc: Any, indent: int | None = 2) -> str:
     """JSON as errmap prints it: valid UTF-8 text, every control character escaped (safe on a terminal and in CI);
     a name that is not UTF-8 keeps its bytes as JSON escapes (`\\udcff`: Python's json reads the name back)."""
-    text = json.dumps(doc, indent=indent, ensure_ascii=False, default=str, separators=None if indent else (",", ":"))
-    return _RAW.sub(lambda m: f"\\u{ord(m[0]):04x}" if len(m[0]) == 1 else "#\\u005b", text)
+    pieces = json.JSONEncoder(indent=indent, ensure_ascii=False, default=str,
+                              separators=None if indent else (",", ":")).iterencode(doc)
+    out = io.StringIO()
+    while batch := list(islice(pieces, 4096)):  # never all the pieces at once: a report of a million files has millions
+        out.write("".join(batch))
+    return _RAW.sub(lambda m: f"\\u{ord(m[0]):04x}" if len(m[0]) == 1 else "#\\u005b", out.getvalue())
 
 
 def jsonl(d: dict[str, Any]) -> str:
