@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import calendar
 import contextlib
-import ctypes
-import functools
 import hashlib
 import io
 import json
 import os
 import pickle
-import signal
 import tempfile
 import time
 import urllib.error
@@ -193,22 +190,9 @@ def list_here(node_paths: list[str], since: float | None, jobs: list[str]) -> di
             "clock": time.time(), "utc_offset": time.localtime().tm_gmtoff}
 
 
-@functools.cache
-def _forks_end_with_this_process() -> None:
-    """Make every process this one forks from now on die with it: Ray ends a task's worker at once when its
-    raylet dies, and the scan's worker processes must not go on reading without it (Linux's PR_SET_PDEATHSIG)."""
-
-    def child() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-
-    os.register_at_fork(after_in_child=child)
-
-
 def scan_here(kb: KB, files: list[tuple[str, str]], since: float | None) -> dict[str, Any]:
     """Scan these files with this node's cores; return the compact triage (runs on the node)."""
     start = time.perf_counter()
-    _forks_end_with_this_process()
     sources = [Source(path, run=run) for path, run in files]
     triage = _NodeTriage(runs={s.path: s.run for s in sources}, since=datetime.fromtimestamp(since) if since else None)
     scan_sources(Matcher(kb), sources, [], None, triage)
