@@ -131,6 +131,25 @@ def test_followed_file_that_becomes_a_folder_is_an_error_in_the_machine_format(t
         assert docs[0]["errno"] == 1012 and docs[-1] == {"error": {"path": str(log), "reason": "is a directory"}}
 
 
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_followed_file_that_cannot_be_read_is_an_error_in_the_machine_format(fmt):
+    """A process's memory file is a regular file whose first bytes cannot be read (or opened, where ptrace is
+    restricted), whoever errmap runs as."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        mem = f"/proc/{sleeper.pid}/mem"
+        out, err = finish(start("watch", "--follow", mem, "--format", fmt))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    reason = err.decode().strip().rsplit(": ", 1)[-1]
+    assert reason and err.decode().startswith(f"errmap: {mem}: ")
+    if fmt == "json":
+        assert json.loads(out)["sources"][0] | {"bytes": 0} == {"path": mem, "bytes": 0, "lines": 0, "error": reason}
+    else:
+        assert [json.loads(line) for line in out.splitlines()] == [{"error": {"path": mem, "reason": reason}}]
+
+
 def test_follow_passthrough_echoes_the_followed_lines(tmp_path):
     log = tmp_path / "train.log"
     first = b"step 1\r\nloss 0.1\n" + TRITON + b"\n"
@@ -262,7 +281,8 @@ def _zstd(data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("ext, compress", [
-    ("bz2", lambda b: bz2.compress(b, 9)), ("xz", lambda b: lzma.compress(b, preset=1)), ("zst", _zstd)])
+    ("bz2", lambda b: bz2.compress(b, 9)), ("xz", lambda b: lzma.compress(b, preset=1)), ("zst", _zstd)],
+    ids=["bz2", "xz", "zst"])
 def test_bomb_inflates_in_bounded_memory(tmp_path, ext, compress):
     """256 MiB of zeros in a few KB (streams of 16 MiB, one after another, as each format allows), then a failure."""
     one = compress(bytes(16 << 20))
