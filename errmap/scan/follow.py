@@ -165,8 +165,9 @@ class _Reader(threading.Thread):
             if ident != self.refused:
                 self.refused = ident
                 self.backlog.put("notice", None, (
-                    _("{path} is not a regular file any more (a FIFO, socket or device): errmap reads on the file it "
-                      "had open and follows the path again once a regular file is there").format(path=self.path)))
+                    _("{path} is not a regular file (a FIFO, socket or device): errmap does not open it, reads on any "
+                      "file it had open there, and follows the path again once a regular file is there")
+                    .format(path=self.path)))
             return
         if len(self.files) >= MAX_OPEN:  # the scanner is far behind: the new file waits, still at the path
             if not self.full:
