@@ -523,7 +523,12 @@ def _scan(kb: KB, address: str | None, node_paths: list[str], since: datetime | 
         kb_ref = ray.put(kb)
         scanner = ray.remote(num_cpus=0, max_retries=0)(scan_here)
         scanned = _on_nodes(ray, nodes, scanner, {nid: (kb_ref, files, stamp) for nid, files in plan.items()}, deadline, late)
-        answers = {nid: {**listed[nid][0], **a} for nid, (a, _) in scanned.items() if isinstance(a, dict)}
+        answers = {}
+        for nid, (answer, _) in scanned.items():
+            if isinstance(answer, dict):
+                answers[nid] = {**listed[nid][0], **answer}
+            else:
+                _unreadable(by_id[nid], TypeError(f"{type(answer).__name__}, not a dict"))
         payload = {nid: len(pickle.dumps(a)) for nid, a in answers.items()}
     finally:
         ray.shutdown()
