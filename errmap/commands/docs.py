@@ -151,12 +151,11 @@ def errno_page(e, kb, matcher, fixtures: Path | None) -> str:
         return [prose(e.summary), ""] + ([f"**{_('Applies to:')}**{after}{prose(e.applies_to)}", ""] if e.applies_to else [])
 
     def fix() -> list[str]:
-        # One list, grouped: the general steps, then each stack's, marked with the stack's name.
-        groups = e.steps_by_stack(i18n.language())
-        return [f"{n}. " + (f"**{text(stack)}{_(':')}**{after}" if stack and len(groups) > 1 else "")
+        # In the KB's order, numbered as explain and scan number them; a step's stack named where its text does not.
+        return [f"{n}. " + (f"*{within(stack)}*{after}" if stack else "")
                 + (f"*{within(gpus.label(step.gpu))}*{after}" if step.gpu else "")
                 + (f"*{within(step.releases.replace(', ', _(', ')))}*{after}" if step.releases else "") + prose(step.text, names)
-                for n, (stack, step) in enumerate(((stack, step) for stack, steps in groups for _, step in steps), 1)] + [""]
+                for n, step, stack in e.numbered_steps(i18n.language())] + [""]
 
     def why() -> list[str]:
         return [prose(e.cause, names), ""]

@@ -157,16 +157,13 @@ def print_entry(con: Console, e: Entry, kb: KB | None = None, matcher=None) -> N
             block(con, f"  [dim]{lead(_('Applies to:'))}[/]", escape(e.applies_to))
 
     def fix() -> None:
-        groups = e.steps_by_stack(language())
-        for stack, steps in groups:
-            if len(groups) > 1:
-                block(con, "  ", f"[bold]{escape(stack or _('Any run'))}[/]")
-            digits = len(str(steps[-1][0]))
-            for i, step in steps:
-                releases = getattr(step, "releases", "").replace(", ", _(", "))  # a specifier holds no ", "
-                what = [x for x in (gpus.label(step.gpu) if getattr(step, "gpu", ()) else "", releases) if x]
-                when = f"[dim]{_('({what}) ').format(what=escape(_('; ').join(what)))}[/]" if what else ""
-                block(con, f"  {i:>{digits}}. ", when + escape(e.fill(step.text)))
+        steps = e.numbered_steps(language())  # numbered as scan numbers them
+        digits = len(str(len(steps)))
+        for i, step, stack in steps:
+            releases = getattr(step, "releases", "").replace(", ", _(", "))  # a specifier holds no ", "
+            what = [x for x in (stack, gpus.label(step.gpu) if getattr(step, "gpu", ()) else "", releases) if x]
+            when = f"[dim]{_('({what}) ').format(what=escape(_('; ').join(what)))}[/]" if what else ""
+            block(con, f"  {i:>{digits}}. ", when + escape(e.fill(step.text)))
 
     def why() -> None:
         block(con, "  ", escape(e.fill(e.cause)))

@@ -219,12 +219,23 @@ class Entry:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def steps_by_stack(self, lang: str = "en") -> list[tuple[str | None, list[tuple[int, Step]]]]:
-        """The fix steps, numbered as in the KB, grouped: the general ones first, then each stack's (named in `lang`)."""
-        groups: dict[str | None, list[tuple[int, Step]]] = {}
-        for i, step in enumerate(self.fix, 1):
-            groups.setdefault(("、" if lang == "zh" else ", ").join(stacks.name(s, lang) for s in step.stack) or None, []).append((i, step))
-        return sorted(groups.items(), key=lambda g: g[0] is not None)
+    def numbered_steps(self, lang: str = "en") -> list[tuple[int, Step, str]]:
+        """The fix steps as errmap numbers them everywhere: by their place in the KB, 1..N, in that order; each with
+        the stacks it is for (named in `lang`) where its text does not name one before its first colon, else ''."""
+        out = []
+        for n, step in enumerate(self.fix, 1):
+            head = regex.split(r"[:：]", step.text, maxsplit=1)[0].lower()
+            named = any(part.split()[0].lower() in head for s in step.stack for part in (s, *stacks.name(s, "en").split(" / ")))
+            out.append((n, step, "" if named else ("、" if lang == "zh" else ", ").join(stacks.name(s, lang) for s in step.stack)))
+        return out
+
+    def fitting_steps(self, stack: str | None, gpu: Any = None) -> list[tuple[int, Step]]:
+        """The fix steps for a run of `stack` on `gpu` (errmap.kb.stacks.fitting, errmap.kb.gpus.fitting) with their
+        numbers (numbered_steps), in the KB's order: a number left out is a step for another run."""
+        from errmap.kb.gpus import fitting as for_gpu
+
+        fit = {id(s) for s in for_gpu(stacks.fitting(self.fix, stack), gpu)}
+        return [(n, s) for n, s in enumerate(self.fix, 1) if id(s) in fit]
 
     @property
     def captures(self) -> set[str]:

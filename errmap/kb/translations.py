@@ -152,11 +152,10 @@ def for_json(entry, text: Text | None, captures: dict[str, str] | None = None, s
     if text is None:
         return None
     from errmap.kb import gpus
-    from errmap.kb.stacks import fitting
 
     zh = localize(entry, text)
     run_gpu = gpus.from_json(gpu)
-    steps = gpus.fitting(fitting(zh.fix, stack), run_gpu) if diagnosis else zh.fix
+    steps = [s for _, s in zh.fitting_steps(stack, run_gpu)] if diagnosis else zh.fix
     if diagnosis and run_gpu is not None:
         captures = {**run_gpu.values(), **(captures or {})}
     return {

@@ -82,7 +82,7 @@ def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None,
     e, caps = inc.entry, inc.captures
     values = {**(gpu.values() if gpu else {}), **caps}
     have = have or {}
-    steps = gpus.fitting(fitting(e.fix, stack), gpu)
+    steps = e.fitting_steps(stack, gpu)
     links = fitting(e.links, stack)
     return {
         "errno": e.errno,
@@ -105,10 +105,12 @@ def diagnose(inc: Incident, stack: str | None = None, gpu: GPU | None = None,
         "run": inc.run or None,
         "framework": stack,
         "gpu": gpu.to_json() if gpu else None,
-        "fix": [e.fill(step.text, values) for step in steps if holds_for(step, have)],
+        "fix": [e.fill(step.text, values) for _, step in steps if holds_for(step, have)],
+        # each step's number: its place in the KB, as `errmap explain` and the docs number it
+        "fix_numbers": [n for n, step in steps if holds_for(step, have)],
         # the steps for other releases than the run's (shown with -v, marked)
-        "fix_other_versions": [{"text": e.fill(step.text, values), "versions": dict(step.versions)}
-                               for step in steps if not holds_for(step, have)],
+        "fix_other_versions": [{"number": n, "text": e.fill(step.text, values), "versions": dict(step.versions)}
+                               for n, step in steps if not holds_for(step, have)],
         "links": [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(link).items() if v not in (None, ())}
                   for link in links],
         "upgrade": upgrades(links, have),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import count
 from typing import Any
 
 import regex
@@ -29,7 +30,7 @@ def github(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]]) 
         level = "error" if d["role"] == "root" else "warning"
         title = f"errmap {d['errno']} {d['slug']}"
         props = f"file={_escape_property(d['file'])},line={d['line']},title={_escape_property(title)}"
-        fix = "\n".join(f"{i}. {s}" for i, s in enumerate(d["fix"], 1))
+        fix = "\n".join(f"{n}. {s}" for n, s in zip(d.get("fix_numbers") or count(1), d["fix"]))
         lines.append(f"::{level} {props}::{_escape_data(d['title'] + ': ' + d['cause'] + chr(10) + fix)}")
     for u in unrecognized:
         props = f"file={_escape_property(u['file'])},line={u['line']},title={_escape_property('errmap unrecognized error')}"

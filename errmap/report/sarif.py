@@ -9,6 +9,7 @@ import hashlib
 import json
 import urllib.parse
 from importlib.metadata import PackageNotFoundError, version
+from itertools import count
 from typing import Any
 
 
@@ -44,7 +45,7 @@ def sarif(diagnoses: list[dict[str, Any]], unrecognized: list[dict[str, Any]],
                 "name": d["slug"],
                 "shortDescription": {"text": d["title"]},
                 "fullDescription": {"text": d["summary"]},
-                "help": {"text": "\n".join(f"{i}. {s}" for i, s in enumerate(d["fix"], 1))},
+                "help": {"text": "\n".join(f"{n}. {s}" for n, s in zip(d.get("fix_numbers") or count(1), d["fix"]))},
                 "properties": {"role": d["role"]},
             }
             if (d.get("docs") or "").startswith(("https://", "http://")):  # ERRMAP_DOCS_URL; never a local file:// page

@@ -161,12 +161,15 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     block(con, f"   [bold]{pad(_('Cause'), label)}[/]  ", escape(d["cause"]) if d["cause"] else  # a draft of your own KB
           f"[dim]{escape(_('not written yet: your entry leaves it empty'))}[/]", None if verbose else cause)
     shown = d["fix"] if verbose else d["fix"][:steps]
-    for i, step in enumerate(shown, 1):
-        block(con, f"   [bold]{pad(_('Fix') if i == 1 else '', label)}[/]  {i:>{len(str(len(shown)))}}. ", escape(step), margin=3)
+    numbers = d.get("fix_numbers") or range(1, len(d["fix"]) + 1)  # each step's place in the KB, as explain numbers it
+    digits = len(str(max(numbers[:len(shown)], default=1)))
+    for i, (n, step) in enumerate(zip(numbers, shown)):
+        block(con, f"   [bold]{pad(_('Fix') if i == 0 else '', label)}[/]  {n:>{digits}}. ", escape(step), margin=3)
     if verbose:  # the steps for other releases than this run's
         for other in d.get("fix_other_versions", ()):
             only = ", ".join(f"{p} {spec}".strip() for p, spec in other["versions"].items())
-            block(con, f"   {pad('', label)}  [dim]{aside(_('for {releases} only').format(releases=only)).strip()}[/] ",
+            number = f"{other['number']}. " if "number" in other else ""
+            block(con, f"   {pad('', label)}  [dim]{number}{aside(_('for {releases} only').format(releases=only)).strip()}[/] ",
                   f"[dim]{escape(other['text'])}[/]", margin=3)
     for link in links:
         kind = f"   [dim]{pad(_(link['kind']), label)}[/]  "
