@@ -157,16 +157,20 @@ def _scan_ray(kb: kbmodel.KB, address: str, paths: tuple[str, ...], node_paths: 
     more = {"nodes": [n.to_json() for n in done.nodes]}
     _save_report(done.report, fmt, report_path, more, kb)
     fmt = "text" if report_path else fmt
-    _emit(done.report, fmt, verbose, kb, more)
+    nodes = cluster.node_lines(done.nodes)
+    _emit(done.report, fmt, verbose, kb, more, below=len(nodes))
     if fmt == "text":
-        for line in cluster.node_lines(done.nodes):
+        for line in nodes:
             _console().print(f"[dim]{escape(line)}[/]")
     sys.exit(done.report.exit_code())
 
 
-def _emit(report: Report, fmt: str, verbose: bool, kb: kbmodel.KB | None = None, more: dict | None = None) -> None:
+def _emit(report: Report, fmt: str, verbose: bool, kb: kbmodel.KB | None = None, more: dict | None = None,
+          below: int = 0) -> None:
+    """The report on stdout in `fmt`; text on a terminal fits its screen with the `below` lines printed after it."""
     if fmt == "text":
-        print_report(_console(), report, verbose)
+        screen = layout.height(sys.stdout)
+        print_report(_console(), report, verbose, screen=screen and max(screen - below, 1))
         return
     _say_errors(report)
     # errmap's own annotations are the only workflow commands it prints (report/inert.py)

@@ -2,12 +2,13 @@
 
 The width is COLUMNS when it is set, else the terminal's when the output goes to one, else WIDTH:
 piped or redirected output is laid out at 80 columns wherever it runs, so that it reads the same in
-a file, a pager or a test. Lines break only at white space and at the edge of a wide (CJK)
-character; a `code span` (a command, a config key, a URL: spaces and all), a path or a URL is never
-split. A token that does not fit what is left of a line starts the next one whole. One wider than
-the room after the hanging indent gets a line of its own, at the block's margin (the column its
-label starts at) when it fits there, else at column 0; one wider than the whole width runs past the
-edge there, for the terminal to fold: what is copied from the screen is then still the whole token.
+a file, a pager or a test; a terminal's height (`height`) is the room of a report (report/text.py).
+Lines break only at white space and at the edge of a wide (CJK) character; a `code span` (a command,
+a config key, a URL: spaces and all), a path or a URL is never split. A token that does not fit what
+is left of a line starts the next one whole. One wider than the room after the hanging indent gets a
+line of its own, at the block's margin (the column its label starts at) when it fits there, else at
+column 0; one wider than the whole width runs past the edge there, for the terminal to fold: what is
+copied from the screen is then still the whole token.
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ def width(stream: TextIO) -> int:
     except (AttributeError, OSError, ValueError):
         pass
     return WIDTH
+
+
+def height(stream: TextIO) -> int | None:
+    """The rows of the terminal `stream` writes to (LINES when it is set); None for a pipe or a file, which
+    have no screen to fit."""
+    try:
+        if not stream.isatty():
+            return None
+        lines = os.environ.get("LINES", "").strip()
+        return int(lines) if lines.isdigit() and int(lines) > 0 else os.get_terminal_size(stream.fileno()).lines or None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def console(stderr: bool = False) -> Console:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.cells import cell_len
@@ -36,6 +37,9 @@ SHOWN_CAUSE = 3  # lines of the cause shown in text output, cut with an ellipsis
 
 
 SHOWN_LINKS = 1  # links shown in text output; --verbose shows all
+
+
+SHOWN_RESIDUE = 3  # unrecognized errors listed beside diagnoses; --verbose lists all
 
 
 SCREEN_ROWS = 24  # the report's first diagnosis fits the first screen of this height, from the top: see `fit`
@@ -208,11 +212,52 @@ def _print_status(con: Console, report: Report, ranked: list) -> None:
             block(con, f"   [dim]{lead(_('more:'))}[/]", f"[dim]errmap explain {errno}[/]")
 
 
-def print_report(con: Console, report: Report, verbose: bool = False, summary: dict[tuple, dict] | None = None) -> None:
+@dataclass(frozen=True)
+class Shape:
+    """How much of a report its text shows: by default all of this; less of it where a screen needs (`shapes`)."""
+    steps: int | None = None  # the first diagnosis's fix steps; None: as many as fit the first screen (`fit`)
+    cause: int = SHOWN_CAUSE  # lines of the first diagnosis's cause
+    later: bool = True  # later diagnoses as blocks (whole where a run opens, else brief); else one line each
+    listed: int | None = None  # later diagnoses shown (None: all); one line counts the rest
+    led: bool = True  # what a diagnosis led to, whole; else one row each
+    residue: int | None = None  # unrecognized errors listed (None: SHOWN_RESIDUE beside diagnoses, else all)
+
+
+def shapes(first: dict[str, Any] | None, later: int, residue: int, tops: bool) -> list[Shape]:
+    """A report's shapes from the most it shows to the least, each cutting one thing more: the unrecognized
+    errors to the first, later diagnoses to a line each, the first diagnosis's steps to FEWEST_STEPS, what
+    it led to to a row each, its steps to one, later diagnoses to fewer (one line counts the rest), no
+    unrecognized error, a shorter cause, no step."""
+    most = min(SHOWN_STEPS, len(first["fix"])) if first else 0
+    s = Shape(steps=most, listed=later, residue=min(SHOWN_RESIDUE, residue) if tops else residue)
+    out = [s]
+    while s.residue > 1:
+        out.append(s := replace(s, residue=s.residue // 2))
+    out.append(s := replace(s, later=False))
+    for k in range(most - 1, min(FEWEST_STEPS, most) - 1, -1):
+        out.append(s := replace(s, steps=k))
+    out.append(s := replace(s, led=False))
+    out.append(s := replace(s, steps=min(most, 1)))
+    while s.listed:
+        out.append(s := replace(s, listed=s.listed // 2))
+    out.append(s := replace(s, residue=0))
+    for c in range(SHOWN_CAUSE - 1, 0, -1):
+        out.append(s := replace(s, cause=c))
+    out.append(replace(s, steps=0))
+    return list(dict.fromkeys(out))
+
+
+_GIVEN_BACK = ("steps", "cause", "residue", "listed", "led", "later")  # the cuts of `shapes`, the last first
+
+
+def print_report(con: Console, report: Report, verbose: bool = False, summary: dict[tuple, dict] | None = None,
+                 screen: int | None = None) -> None:
     """The whole report; a `summary` of what watch and run printed live (the diagnoses by fingerprint) keeps each
-    diagnosis they printed with the same advice to its header, and shows whole one whose advice the rest of the log changed."""
+    diagnosis they printed with the same advice to its header, and shows whole one whose advice the rest of the log changed.
+    On a terminal of `screen` rows it fits `screen` - 1 of them, the last being the shell's prompt after it, so that
+    its first diagnosis stays on the screen when it ends: the first shape (`shapes`) that fits, and a line saying so
+    when it is not the first; `verbose` shows everything."""
     ranked = report.ranked()
-    above = counted(con, lambda c: _print_status(c, report, ranked))  # rows on the screen above the first diagnosis
     residue = report.triage.unrecognized()
     read = [s for s in report.sources if not s.error]
     lines = sum(s.lines for s in read)
@@ -220,19 +265,52 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: d
                + ngettext("{lines:,} line", "{lines:,} lines", lines).format(lines=lines))
     cmd = report.command()
     stopped = report.triage.interrupted()
-    if not ranked and not residue and report.errors:
-        n = len(report.errors)
-        also = f"[dim]{aside(_('{scanned} read').format(scanned=scanned))}[/]" if read else ""
-        block(con, f"[bold red]{lead(_('Nothing diagnosed:'))}[/]",
-              ngettext("{n} input could not be read", "{n} inputs could not be read", n).format(n=n) + also)
-        return
     if not ranked and not residue:
-        if stopped is not None and not cmd:
+        _print_status(con, report, ranked)
+        if report.errors:
+            n = len(report.errors)
+            also = f"[dim]{aside(_('{scanned} read').format(scanned=scanned))}[/]" if read else ""
+            block(con, f"[bold red]{lead(_('Nothing diagnosed:'))}[/]",
+                  ngettext("{n} input could not be read", "{n} inputs could not be read", n).format(n=n) + also)
+        elif stopped is not None and not cmd:
             _print_interrupted(con, stopped, f"[dim]{aside(scanned + _('; ') + _('no error before it'))}[/]")
         elif not (cmd and cmd["status"]):
             block(con, "", f"[green]{_('No error found')}[/][dim]{aside(scanned)}[/]")
         return
     tops = [(inc, d) for inc, d in ranked if inc.cause is None]
+
+    def draw(c: Console, shape: Shape, shortened: bool = False) -> None:
+        _print_found(c, report, ranked, tops, residue, scanned, shape, shortened, verbose, summary)
+
+    if screen is None or verbose:
+        return draw(con, Shape())
+    tried = shapes(tops[0][1] if tops else None, len(tops) - 1, len(residue), bool(tops))
+
+    def fits(shape: Shape) -> bool:
+        return rows(con, lambda c: draw(c, shape, shortened(shape))) < screen
+
+    def shortened(shape: Shape) -> bool:  # more than the first diagnosis's steps and cause, which its `more:` line counts
+        return replace(shape, steps=tried[0].steps, cause=tried[0].cause) != tried[0]
+
+    k = next((i for i, shape in enumerate(tried) if fits(shape)), len(tried) - 1)
+    shape = tried[k]
+    for field in _GIVEN_BACK:  # what a later cut left room for again
+        for value in dict.fromkeys(getattr(s, field) for s in tried[:k]):
+            if value == getattr(shape, field):
+                break
+            if fits(wider := replace(shape, **{field: value})):
+                shape = wider
+                break
+    draw(con, shape, shortened(shape))
+
+
+def _print_found(con: Console, report: Report, ranked: list, tops: list, residue: list[Residue], scanned: str,
+                 shape: Shape, shortened: bool, verbose: bool, summary: dict[tuple, dict] | None) -> None:
+    """A report with diagnoses or unrecognized errors, as much of it as `shape` says; `shortened`: one line says
+    what shows the rest."""
+    above = counted(con, lambda c: _print_status(c, report, ranked))  # rows on the screen above the first diagnosis
+    cmd = report.command()
+    stopped = report.triage.interrupted()
     dicts = {id(inc): d for inc, d in ranked}
     runs = list(dict.fromkeys(inc.run for inc, _ in tops))
     stack = stack_name(fw, language()) + _("; ") if len(runs) < 2 and (fw := report.framework()) else ""
@@ -247,9 +325,14 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: d
     above += 1
     shown: dict[int, int] = {}
     briefs = 0  # diagnoses shown brief because an earlier one of their run was shown whole
+    lined = unlisted = 0  # later diagnoses shown in one line each, and those left out of them
     for n, (inc, d) in enumerate(tops, 1):
         shown[d["errno"]] = shown.get(d["errno"], 0) + 1
         if shown[d["errno"]] > SHOWN_PER_CODE and not verbose:
+            continue
+        whole = n == 1 or shape.later
+        if not whole and shape.listed is not None and lined >= shape.listed:
+            unlisted += 1
             continue
         opens = n == 1 or inc.run != tops[n - 2][0].run
         above = above if n == 1 else 0
@@ -260,38 +343,55 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: d
                                             more_files if len(files) > 1 else "") if x)
             run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
             above += counted(con, lambda c: block(c, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]"))
-        led = rows(con, lambda c: _print_consequences(c, inc, dicts))
+        if not whole:
+            row(con, f"[bold]{n}.[/] [bold red]{d['errno']}[/] {escape(d['title'])}[dim] · {_spread(d)}[/]")
+            lined += 1
+            continue
+        led = rows(con, lambda c: _print_consequences(c, inc, dicts, shape.led))
         if summary is not None:  # brief where the live diagnosis said the same
             brief = (said := summary.get(inc.fingerprint)) is not None and not changed(said, d)
         else:
             brief = not (opens or verbose)
             briefs += brief
-        print_diagnosis(con, d, n, brief=brief, verbose=verbose, room=SCREEN_ROWS - above, led=led)
-        _print_consequences(con, inc, dicts)
+        if shape.steps is None:  # the first screen from the top
+            print_diagnosis(con, d, n, brief=brief, verbose=verbose, room=SCREEN_ROWS - above, led=led)
+        else:
+            print_diagnosis(con, d, n, brief=brief, room=0, steps=shape.steps if n == 1 else SHOWN_STEPS,
+                            cause=shape.cause if n == 1 else SHOWN_CAUSE)
+        _print_consequences(con, inc, dicts, shape.led)
+        con.print()
+    if unlisted:
+        block(con, "", f"[dim]{ngettext('… {n} more diagnosis', '… {n} more diagnoses', unlisted).format(n=unlisted)}[/]")
+    if lined or unlisted:
         con.print()
     for errno, k in shown.items():
         if k > SHOWN_PER_CODE and not verbose:
             more = _("… {n} more diagnoses of {errno} with other values (--verbose or --format json lists them)")
             block(con, "", f"[dim]{more.format(n=k - SHOWN_PER_CODE, errno=errno)}[/]")
     if residue:
-        shown = residue if verbose or not tops else residue[:3]
+        if verbose or (shape.residue is None and not tops):
+            listed = residue
+        else:
+            listed = residue[:SHOWN_RESIDUE if shape.residue is None else shape.residue]
         label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
         block(con, "", f"[bold]{label}[/][dim]{aside(str(len(residue)))}[/]")
-        for r in shown:
+        for r in listed:
             count = f"[dim]{aside(_('{n}x').format(n=r.count))}[/]" if r.count > 1 else ""
             text = escape(r.first.text.strip()[:SHOWN_TEXT])
             if verbose or not tops:
                 block(con, "   ", f"[cyan]{escape(_where(evidence_json(r.first)))}[/]{count}  {text}")
             else:  # one row beside diagnoses: the file and line, not the process, before the message (-v names it)
                 row(con, f"   [cyan]{escape(r.first.path)}:{r.first.lineno}[/]{count}  {text}")
-        if len(shown) < len(residue):
-            block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(shown))}[/]")
-        if os.path.isfile(first := residue[0].first.path):  # a log on disk: how to make the first one known
+        if listed and len(listed) < len(residue):
+            block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(listed))}[/]")
+        if listed and os.path.isfile(first := residue[0].first.path):  # a log on disk: how to make the first one known
             block(con, f"   [dim]{lead(_('teach errmap:'))}[/]", f"[dim]errmap kb new {escape(first)}:{residue[0].first.lineno}[/]")
     if stopped is not None and not cmd:
         _print_interrupted(con, stopped)
     _print_omitted(con, report.triage)
-    if briefs:
+    if shortened:
+        block(con, "", f"[dim]{_('Shortened to fit the screen; --verbose shows all of it, `errmap explain N` one.')}[/]")
+    elif briefs:
         block(con, "", f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
 
 
@@ -315,10 +415,14 @@ def _print_omitted(con: Console, triage: Triage) -> None:
         block(con, "", f"[dim]{more.format(n=n, kept=MAX_RESIDUE)}[/]")
 
 
-def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, Any]], depth: int = 1) -> None:
+def _print_consequences(con: Console, inc: Incident, dicts: dict[int, dict[str, Any]], whole: bool = True, depth: int = 1) -> None:
+    """What `inc` led to, a branch each; not `whole`: one row each, without where it was first seen."""
     for c in inc.consequences:
         cd = dicts[id(c)]
-        block(con, f"   {'   ' * (depth - 1)}[dim]└─ {_('led to')}[/] ",
-              f"{cd['errno']} {escape(cd['title'])}"
-              f"[dim]{aside(_spread(cd) + _('; ') + _('first at {where}').format(where=escape(_where(cd['evidence'][0]))))}[/]")
-        _print_consequences(con, c, dicts, depth + 1)
+        lead = f"   {'   ' * (depth - 1)}[dim]└─ {_('led to')}[/] "
+        if whole:
+            block(con, lead, f"{cd['errno']} {escape(cd['title'])}"
+                  f"[dim]{aside(_spread(cd) + _('; ') + _('first at {where}').format(where=escape(_where(cd['evidence'][0]))))}[/]")
+        else:
+            row(con, f"{lead}{cd['errno']} {escape(cd['title'])}[dim]{aside(_spread(cd))}[/]")
+        _print_consequences(con, c, dicts, whole, depth + 1)
