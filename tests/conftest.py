@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A suite started with SIGINT ignored (`nohup pytest &`) would pass that on to every process it starts: errmap and the
+# commands under test must take a Ctrl-C as they do for a user, so they start with SIGINT's default action.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 FIXTURES = ROOT / "fixtures"
 CATALOG = ROOT.parent / "shared" / "catalog.yaml"
 

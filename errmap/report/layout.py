@@ -88,7 +88,13 @@ def _atoms(text: str) -> list[tuple[int, int]]:
         else:
             atoms.append([m.start(), m.end()])
         prev = u
-    return [(a, b) for a, b in atoms]
+    glued: list[list[int]] = []
+    for a, b in atoms:  # a lone "·" holds the words beside it: "module-not-found · once" breaks nowhere
+        if glued and (text[a:b] == "·" or text[glued[-1][1] - 1] == "·"):
+            glued[-1][1] = b
+        else:
+            glued.append([a, b])
+    return [(a, b) for a, b in glued]
 
 
 def _breaks(text: str, first: int, room: int, label: bool) -> list[int]:

@@ -138,8 +138,9 @@ def print_diagnosis(con: Console, d: dict[str, Any], n: int | None = None, brief
     role = "" if d["role"] == "root" else f"[dim]{aside(_('consequence'))}[/]"
     if d["confidence"] == "likely":  # found by the words of its family, not by a known message
         role += f"[yellow]{aside(_('likely: {words}').format(words=' + '.join(d['hint'])))}[/]"
-    block(con, f"[bold]{n}.[/] " if n else "",
-          f"[bold red]{d['errno']}[/] [bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
+    code = f"[bold red]{d['errno']}[/] "  # live (no number), a wrapped header goes on under its title
+    block(con, f"[bold]{n}.[/] " if n else code,
+          f"{code if n else ''}[bold]{escape(d['title'])}[/]{role}  [dim]{d['slug']} · {_spread(d)}[/]")
     ev = d["evidence"][0]
     text = ev["message"].strip()
     block(con, "   ", f"[cyan]{escape(_where(ev))}[/]")
