@@ -278,20 +278,16 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: d
         elif not (cmd and cmd["status"]):
             block(con, "", f"[green]{_('No error found')}[/][dim]{aside(scanned)}[/]")
         return
-    tops = [(inc, d) for inc, d in ranked if inc.cause is None]
-
-    def draw(c: Console, shape: Shape, shortened: bool = False) -> None:
-        _print_found(c, report, ranked, tops, residue, scanned, shape, shortened, verbose, summary)
-
+    found = _Found(report, ranked, residue, scanned, verbose, summary)
     if screen is None or verbose:
-        return draw(con, Shape())
-    tried = shapes(tops[0][1] if tops else None, len(tops) - 1, len(residue), bool(tops))
-
-    def fits(shape: Shape) -> bool:
-        return rows(con, lambda c: draw(c, shape, shortened(shape))) < screen
+        return found.draw(con, Shape())
+    tried = shapes(found.tops[0][1] if found.tops else None, len(found.tops) - 1, len(residue), bool(found.tops))
 
     def shortened(shape: Shape) -> bool:  # more than the first diagnosis's steps and cause, which its `more:` line counts
         return replace(shape, steps=tried[0].steps, cause=tried[0].cause) != tried[0]
+
+    def fits(shape: Shape) -> bool:
+        return found.rows(con, shape, shortened(shape)) < screen
 
     k = next((i for i, shape in enumerate(tried) if fits(shape)), len(tried) - 1)
     shape = tried[k]
@@ -302,98 +298,162 @@ def print_report(con: Console, report: Report, verbose: bool = False, summary: d
             if fits(wider := replace(shape, **{field: value})):
                 shape = wider
                 break
-    draw(con, shape, shortened(shape))
+    found.draw(con, shape, shortened(shape))
 
 
-def _print_found(con: Console, report: Report, ranked: list, tops: list, residue: list[Residue], scanned: str,
-                 shape: Shape, shortened: bool, verbose: bool, summary: dict[tuple, dict] | None) -> None:
-    """A report with diagnoses or unrecognized errors, as much of it as `shape` says; `shortened`: one line says
-    what shows the rest."""
-    above = counted(con, lambda c: _print_status(c, report, ranked))  # rows on the screen above the first diagnosis
-    cmd = report.command()
-    stopped = report.triage.interrupted()
-    dicts = {id(inc): d for inc, d in ranked}
-    runs = list(dict.fromkeys(inc.run for inc, _ in tops))
-    stack = stack_name(fw, language()) + _("; ") if len(runs) < 2 and (fw := report.framework()) else ""
-    stack += escape(g.describe()) + _("; ") if len(runs) < 2 and (g := report.gpu()) else ""
-    if tops:
-        heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
-        above += counted(con, lambda c: block(c, "", f"[bold]{heading}[/][dim]{aside(stack + scanned + _('; ') + _('root cause first'))}[/]"))
-    else:
-        heading = ngettext("No known cause for {n} error", "No known cause for {n} errors", len(residue)).format(n=len(residue))
-        above += counted(con, lambda c: block(c, "", f"[bold]{heading}[/][dim]{aside(stack + scanned)}[/]"))
-    con.print()
-    above += 1
-    shown: dict[int, int] = {}
-    briefs = 0  # diagnoses shown brief because an earlier one of their run was shown whole
-    lined = unlisted = 0  # later diagnoses shown in one line each, and those left out of them
-    for n, (inc, d) in enumerate(tops, 1):
-        shown[d["errno"]] = shown.get(d["errno"], 0) + 1
-        if shown[d["errno"]] > SHOWN_PER_CODE and not verbose:
-            continue
-        whole = n == 1 or shape.later
-        if not whole and shape.listed is not None and lined >= shape.listed:
-            unlisted += 1
-            continue
-        opens = n == 1 or inc.run != tops[n - 2][0].run
-        above = above if n == 1 else 0
-        if len(runs) > 1 and opens:
-            files = [s.path for s in report.sources if s.run == inc.run]
-            more_files = ngettext("and {n} more file", "and {n} more files", len(files) - 1).format(n=len(files) - 1)
-            what = _(", ").join(x for x in (stack_name(d["framework"], language()) if d["framework"] else "", (d["gpu"] or {}).get("name", ""), files[0] if files else "",
-                                            more_files if len(files) > 1 else "") if x)
-            run = _("Run {k} of {n}").format(k=runs.index(inc.run) + 1, n=len(runs))
-            above += counted(con, lambda c: block(c, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]"))
-        if not whole:
-            row(con, f"[bold]{n}.[/] [bold red]{d['errno']}[/] {escape(d['title'])}[dim] · {_spread(d)}[/]")
-            lined += 1
-            continue
-        led = rows(con, lambda c: _print_consequences(c, inc, dicts, shape.led))
-        if summary is not None:  # brief where the live diagnosis said the same
-            brief = (said := summary.get(inc.fingerprint)) is not None and not changed(said, d)
+class _Found:
+    """A report with diagnoses or unrecognized errors, in parts that start rows of their own: the head, the first
+    diagnosis, the later ones, the unrecognized errors and what else was left out, a closing line. Each part's rows
+    are counted once for each shape that changes it, so that trying shapes does not draw the report again."""
+
+    def __init__(self, report: Report, ranked: list, residue: list[Residue], scanned: str, verbose: bool,
+                 summary: dict[tuple, dict] | None):
+        self.report, self.ranked, self.residue, self.scanned = report, ranked, residue, scanned
+        self.verbose, self.summary = verbose, summary
+        self.tops = [(inc, d) for inc, d in ranked if inc.cause is None]
+        self.dicts = {id(inc): d for inc, d in ranked}
+        self.runs = list(dict.fromkeys(inc.run for inc, _ in self.tops))
+        self.known: dict[tuple, int] = {}  # rows of a part, by the part and what of the shape it reads
+
+    def rows(self, con: Console, shape: Shape, shortened: bool) -> int:
+        """The rows `draw` takes."""
+        parts = {("head",): self.head, ("first", shape.steps, shape.cause, shape.led): lambda c: self.first(c, shape),
+                 ("later", shape.later, shape.listed, shape.led): lambda c: self.later(c, shape),
+                 ("rest", shape.residue): lambda c: self.rest(c, shape),
+                 ("closing", shortened, self.briefs(shape) > 0): lambda c: self.closing(c, shape, shortened)}
+        for key, draw in parts.items():
+            if key not in self.known:
+                self.known[key] = rows(con, draw)
+        return sum(self.known[key] for key in parts)
+
+    def draw(self, con: Console, shape: Shape, shortened: bool = False) -> None:
+        """The report as much of it as `shape` says; `shortened`: a closing line says what shows the rest."""
+        above = counted(con, self.head)
+        self.first(con, shape, above)
+        self.later(con, shape)
+        self.rest(con, shape)
+        self.closing(con, shape, shortened)
+
+    def head(self, con: Console) -> None:
+        """How the command ended and the heading, then a blank row."""
+        report, tops = self.report, self.tops
+        _print_status(con, report, self.ranked)
+        stack = stack_name(fw, language()) + _("; ") if len(self.runs) < 2 and (fw := report.framework()) else ""
+        stack += escape(g.describe()) + _("; ") if len(self.runs) < 2 and (g := report.gpu()) else ""
+        if tops:
+            heading = ngettext("{n} diagnosis", "{n} diagnoses", len(tops)).format(n=len(tops))
+            block(con, "", f"[bold]{heading}[/][dim]{aside(stack + self.scanned + _('; ') + _('root cause first'))}[/]")
         else:
-            brief = not (opens or verbose)
-            briefs += brief
+            heading = ngettext("No known cause for {n} error", "No known cause for {n} errors", len(self.residue)).format(n=len(self.residue))
+            block(con, "", f"[bold]{heading}[/][dim]{aside(stack + self.scanned)}[/]")
+        con.print()
+
+    def shown(self, shape: Shape) -> tuple[list[tuple[int, bool]], int, dict[int, int]]:
+        """The later diagnoses shown, (their number, whole or one line), those left out of the lines, and how many
+        diagnoses each code has."""
+        codes: dict[int, int] = {}
+        out: list[tuple[int, bool]] = []
+        unlisted = 0
+        for n, (_inc, d) in enumerate(self.tops, 1):
+            codes[d["errno"]] = codes.get(d["errno"], 0) + 1
+            if n == 1 or (codes[d["errno"]] > SHOWN_PER_CODE and not self.verbose):
+                continue
+            if not shape.later and shape.listed is not None and sum(not whole for _, whole in out) >= shape.listed:
+                unlisted += 1
+            else:
+                out.append((n, shape.later))
+        return out, unlisted, codes
+
+    def briefs(self, shape: Shape) -> int:
+        """Diagnoses shown brief because an earlier one of their run was shown whole."""
+        if self.summary is not None or self.verbose:
+            return 0
+        return sum(self.tops[n - 1][0].run == self.tops[n - 2][0].run for n, whole in self.shown(shape)[0] if whole)
+
+    def first(self, con: Console, shape: Shape, above: int = 0) -> None:
+        if self.tops:
+            self.diagnosis(con, 1, shape, above)
+
+    def later(self, con: Console, shape: Shape) -> None:
+        shown, unlisted, codes = self.shown(shape)
+        for n, whole in shown:
+            if whole:
+                self.diagnosis(con, n, shape)
+            else:
+                self.run(con, n)
+                _inc, d = self.tops[n - 1]
+                row(con, f"[bold]{n}.[/] [bold red]{d['errno']}[/] {escape(d['title'])}[dim] · {_spread(d)}[/]")
+        if unlisted:
+            block(con, "", f"[dim]{ngettext('… {n} more diagnosis', '… {n} more diagnoses', unlisted).format(n=unlisted)}[/]")
+        if unlisted or not all(whole for _, whole in shown):
+            con.print()
+        for errno, k in codes.items():
+            if k > SHOWN_PER_CODE and not self.verbose:
+                more = _("… {n} more diagnoses of {errno} with other values (--verbose or --format json lists them)")
+                block(con, "", f"[dim]{more.format(n=k - SHOWN_PER_CODE, errno=errno)}[/]")
+
+    def run(self, con: Console, n: int) -> int:
+        """The line naming the run that diagnosis `n` opens, where the report has several; the rows it took."""
+        inc, d = self.tops[n - 1]
+        if len(self.runs) < 2 or (n > 1 and inc.run == self.tops[n - 2][0].run):
+            return 0
+        files = [s.path for s in self.report.sources if s.run == inc.run]
+        more_files = ngettext("and {n} more file", "and {n} more files", len(files) - 1).format(n=len(files) - 1)
+        what = _(", ").join(x for x in (stack_name(d["framework"], language()) if d["framework"] else "", (d["gpu"] or {}).get("name", ""),
+                                        files[0] if files else "", more_files if len(files) > 1 else "") if x)
+        run = _("Run {k} of {n}").format(k=self.runs.index(inc.run) + 1, n=len(self.runs))
+        return counted(con, lambda c: block(c, f"[bold]{run}[/] ", f"[dim]{aside(escape(what)).lstrip()}[/]"))
+
+    def diagnosis(self, con: Console, n: int, shape: Shape, above: int = 0) -> None:
+        """Diagnosis `n` whole (brief after the first of its run), what it led to, a blank row; the first one's steps
+        and cause as `shape` says, or (its steps None) as many as fit the first screen below the `above` rows."""
+        inc, d = self.tops[n - 1]
+        opens = n == 1 or inc.run != self.tops[n - 2][0].run
+        above += self.run(con, n)
+        if self.summary is not None:  # brief where the live diagnosis said the same
+            brief = (said := self.summary.get(inc.fingerprint)) is not None and not changed(said, d)
+        else:
+            brief = not (opens or self.verbose)
         if shape.steps is None:  # the first screen from the top
-            print_diagnosis(con, d, n, brief=brief, verbose=verbose, room=SCREEN_ROWS - above, led=led)
+            led = rows(con, lambda c: _print_consequences(c, inc, self.dicts, shape.led))
+            print_diagnosis(con, d, n, brief=brief, verbose=self.verbose, room=SCREEN_ROWS - above, led=led)
         else:
             print_diagnosis(con, d, n, brief=brief, room=0, steps=shape.steps if n == 1 else SHOWN_STEPS,
                             cause=shape.cause if n == 1 else SHOWN_CAUSE)
-        _print_consequences(con, inc, dicts, shape.led)
+        _print_consequences(con, inc, self.dicts, shape.led)
         con.print()
-    if unlisted:
-        block(con, "", f"[dim]{ngettext('… {n} more diagnosis', '… {n} more diagnoses', unlisted).format(n=unlisted)}[/]")
-    if lined or unlisted:
-        con.print()
-    for errno, k in shown.items():
-        if k > SHOWN_PER_CODE and not verbose:
-            more = _("… {n} more diagnoses of {errno} with other values (--verbose or --format json lists them)")
-            block(con, "", f"[dim]{more.format(n=k - SHOWN_PER_CODE, errno=errno)}[/]")
-    if residue:
-        if verbose or (shape.residue is None and not tops):
-            listed = residue
-        else:
-            listed = residue[:SHOWN_RESIDUE if shape.residue is None else shape.residue]
-        label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
-        block(con, "", f"[bold]{label}[/][dim]{aside(str(len(residue)))}[/]")
-        for r in listed:
-            count = f"[dim]{aside(_('{n}x').format(n=r.count))}[/]" if r.count > 1 else ""
-            text = escape(r.first.text.strip()[:SHOWN_TEXT])
-            if verbose or not tops:
-                block(con, "   ", f"[cyan]{escape(_where(evidence_json(r.first)))}[/]{count}  {text}")
-            else:  # one row beside diagnoses: the file and line, not the process, before the message (-v names it)
-                row(con, f"   [cyan]{escape(r.first.path)}:{r.first.lineno}[/]{count}  {text}")
-        if listed and len(listed) < len(residue):
-            block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(listed))}[/]")
-        if listed and os.path.isfile(first := residue[0].first.path):  # a log on disk: how to make the first one known
-            block(con, f"   [dim]{lead(_('teach errmap:'))}[/]", f"[dim]errmap kb new {escape(first)}:{residue[0].first.lineno}[/]")
-    if stopped is not None and not cmd:
-        _print_interrupted(con, stopped)
-    _print_omitted(con, report.triage)
-    if shortened:
-        block(con, "", f"[dim]{_('Shortened to fit the screen; --verbose shows all of it, `errmap explain N` one.')}[/]")
-    elif briefs:
-        block(con, "", f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
+
+    def rest(self, con: Console, shape: Shape) -> None:
+        """The errors not in the knowledge base, a run its user stopped, what the caps on kept incidents left out."""
+        residue, tops, verbose = self.residue, self.tops, self.verbose
+        if residue:
+            if verbose or (shape.residue is None and not tops):
+                listed = residue
+            else:
+                listed = residue[:SHOWN_RESIDUE if shape.residue is None else shape.residue]
+            label = _("Errors not in the knowledge base") if not tops else _("Also seen, not in the knowledge base")
+            block(con, "", f"[bold]{label}[/][dim]{aside(str(len(residue)))}[/]")
+            for r in listed:
+                count = f"[dim]{aside(_('{n}x').format(n=r.count))}[/]" if r.count > 1 else ""
+                text = escape(r.first.text.strip()[:SHOWN_TEXT])
+                if verbose or not tops:
+                    block(con, "   ", f"[cyan]{escape(_where(evidence_json(r.first)))}[/]{count}  {text}")
+                else:  # one row beside diagnoses: the file and line, not the process, before the message (-v names it)
+                    row(con, f"   [cyan]{escape(r.first.path)}:{r.first.lineno}[/]{count}  {text}")
+            if listed and len(listed) < len(residue):
+                block(con, "   ", f"[dim]{_('… {n} more (--verbose lists them)').format(n=len(residue) - len(listed))}[/]")
+            if listed and os.path.isfile(first := residue[0].first.path):  # a log on disk: how to make the first one known
+                block(con, f"   [dim]{lead(_('teach errmap:'))}[/]", f"[dim]errmap kb new {escape(first)}:{residue[0].first.lineno}[/]")
+        if (stopped := self.report.triage.interrupted()) is not None and not self.report.command():
+            _print_interrupted(con, stopped)
+        _print_omitted(con, self.report.triage)
+
+    def closing(self, con: Console, shape: Shape, shortened: bool) -> None:
+        """One line saying what shows what the report left out."""
+        if shortened:
+            block(con, "", f"[dim]{_('Shortened to fit the screen; --verbose shows all of it, `errmap explain N` one.')}[/]")
+        elif self.briefs(shape):
+            block(con, "", f"[dim]{_('Diagnoses after the first are brief; --verbose shows each in full, `errmap explain N` one.')}[/]")
 
 
 def _print_interrupted(con: Console, stopped: Residue, after: str = "") -> None:
