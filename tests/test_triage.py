@@ -69,3 +69,9 @@ def test_repeated_lines_are_one_incident_with_a_count(tmp_path):
     (tmp_path / "r.log").write_text(text)
     (d,) = scan_json(tmp_path / "r.log")["diagnoses"]
     assert d["errno"] == 1017 and d["count"] == 6 and len(d["hosts"]) == 4
+
+
+def test_a_wrappers_header_adds_no_likely_twin_of_the_error_it_wraps():
+    """`RayTaskError(ModuleNotFoundError): ray::…` above the worker's own ModuleNotFoundError: one 1008, exact."""
+    doc = scan_json(FIXTURES / "1008" / "ray-worker-module-missing.log")
+    assert [(d["errno"], d["confidence"]) for d in doc["diagnoses"]] == [(1008, "exact")]

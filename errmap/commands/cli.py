@@ -339,9 +339,14 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
         click.echo(dumps(report.to_json()), err=to_stderr)
         return
     if fmt == "jsonl":  # every diagnosis was already written as it happened; an input error ends the stream
-        for inc, d in report.ranked():  # again, marked, where the rest of the log changed what it says
+        ranked = report.ranked()
+        for inc, d in ranked:  # again, marked, where the rest of the log changed what it says
             if (said := (printed or {}).get(inc.fingerprint)) is None or changed(said, d):
                 click.echo(jsonl(d | ({"updated": True} if said else {})), err=to_stderr)
+        kept = {inc.fingerprint for inc, _d in ranked}
+        for fingerprint, said in (printed or {}).items():  # a likely match that an exact one of its code made moot
+            if fingerprint not in kept:
+                click.echo(jsonl(said | {"withdrawn": True}), err=to_stderr)
         for err in report.errors:
             click.echo(jsonl({"error": {"path": err.path, "reason": err.reason}}), err=to_stderr)
         return

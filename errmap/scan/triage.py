@@ -210,9 +210,8 @@ class Triage:
         such a cause found anywhere in the logs: ranks interleave their output, and a cause's detail
         line may follow the generic error it explains (NCCL's "Last error:" after "NCCL error in:").
         """
-        # a consequence known only by the words of its family says nothing that a root cause of its run does not
-        rooted = {i.run for i in self.incidents.values() if i.entry.role == "root"}
-        incidents = sorted((i for i in self.incidents.values() if not _hinted_after_root(i, rooted)), key=lambda i: i.order)
+        said = _said(self.incidents.values())
+        incidents = sorted((i for i in self.incidents.values() if _tells(i, said)), key=lambda i: i.order)
         for inc in incidents:
             inc.cause, inc.consequences = None, []
         roots: dict[tuple, list[Incident]] = {}  # (run, errno) -> its root incidents, earliest first
@@ -242,7 +241,7 @@ class Triage:
 
     def shown(self, inc: Incident) -> bool:
         """Whether ranked() lists `inc` (watch and run ask as each incident opens)."""
-        return not _hinted_after_root(inc, {i.run for i in self.incidents.values() if i.entry.role == "root"})
+        return _tells(inc, _said(self.incidents.values()))
 
     def cause_of(self, inc: Incident) -> Incident | None:
         """The earliest root incident of `inc`'s run that the KB says can cause it (what ranked() folds it under)."""
@@ -277,9 +276,19 @@ class Triage:
         return min((r for r in self.residue.values() if r.interrupt), key=lambda r: r.order, default=None)
 
 
-def _hinted_after_root(inc: Incident, rooted: set[str]) -> bool:
-    """A consequence known only by the words of its family in a run with a root cause: it says nothing that the root does not."""
-    return inc.words is not None and inc.entry.role == "consequence" and inc.run in rooted
+def _said(incidents) -> tuple[set[str], set[tuple[str, int]]]:
+    """The runs with a root cause, and the (run, code) pairs an anchor matched."""
+    return ({i.run for i in incidents if i.entry.role == "root"},
+            {(i.run, i.entry.errno) for i in incidents if i.words is None})
+
+
+def _tells(inc: Incident, said: tuple[set[str], set[tuple[str, int]]]) -> bool:
+    """Whether an incident says something: not when known only by the words of its family (likely) and it is a
+    consequence in a run with a root cause, or its code matched exactly in its run (a wrapper's header,
+    `RayTaskError(ModuleNotFoundError)`, beside the error it wraps)."""
+    rooted, exact = said
+    return inc.words is None or not (inc.entry.role == "consequence" and inc.run in rooted
+                                     or (inc.run, inc.entry.errno) in exact)
 
 
 def _under(inc: Incident, ancestor: Incident) -> bool:
