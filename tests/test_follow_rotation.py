@@ -101,17 +101,31 @@ def stop(p: subprocess.Popen) -> tuple[dict, str]:
     return json.loads(out), err.decode()
 
 
-def settle(p: subprocess.Popen, quiet: float = 2.0, limit: float = 120) -> None:
-    """Wait until errmap has used no CPU for `quiet` seconds: it has read and matched everything."""
-    def cpu() -> int:
-        fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
+def settle(p: subprocess.Popen, quiet: float = 2.0, limit: float = 120, log: Path | None = None) -> None:
+    """Wait until errmap has read and matched everything (its reads are preads, which move no offset): `log`, when
+    given, open, and every thread asleep with no CPU time spent for `quiet` seconds, however busy the machine."""
+    def cpu() -> int | None:
+        try:
+            if log is not None and not any(os.readlink(fd) == str(log) for fd in Path(f"/proc/{p.pid}/fd").iterdir()):
+                return None
+            total = 0
+            for task in Path(f"/proc/{p.pid}/task").iterdir():
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                if fields[0] != "S":
+                    return None
+                total += int(fields[11]) + int(fields[12])
+            return total
+        except OSError:  # a file or thread that went away while looked at
+            return None
 
     last, since, start = cpu(), time.monotonic(), time.monotonic()
-    while time.monotonic() - since < quiet and time.monotonic() - start < limit:
-        time.sleep(0.2)
-        if (now := cpu()) != last:
+    while time.monotonic() - start < limit:
+        time.sleep(0.1)
+        if (now := cpu()) is None or now != last:
             last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+    raise AssertionError(f"errmap was still busy after {limit} s")
 
 
 def marker_counts(doc: dict) -> dict[str, int]:
@@ -141,37 +155,12 @@ def test_follow_reads_every_line_under_fast_rotation(tmp_path, mode):
     assert "missed" not in err, err
 
 
-def read_to_end(p: subprocess.Popen, log: Path, timeout: float = 60) -> None:
-    """Wait until errmap holds `log` open and has gone idle, waiting for more (its reads are preads, which move
-    no offset): every thread asleep and no CPU time spent over half a second, however busy the machine."""
-    def cpu() -> int | None:
-        total = 0
-        for task in Path(f"/proc/{p.pid}/task").iterdir():
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            if fields[0] != "S":
-                return None
-            total += int(fields[11]) + int(fields[12])
-        return total
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            opened = any(os.readlink(fd) == str(log) for fd in Path(f"/proc/{p.pid}/fd").iterdir())
-            before = cpu() if opened else None
-            time.sleep(0.5)
-            if before is not None and cpu() == before:
-                return
-        except OSError:  # a file or thread that went away while looked at
-            time.sleep(0.05)
-    raise AssertionError(f"errmap did not read {log} to its end in {timeout} s")
-
-
 def rotated_while_stopped(log: Path, rotate) -> tuple[dict, str]:
     """Follow `log`, stop errmap (a busy machine: no CPU for it) while `rotate()` changes the file for longer
     than follow.STALL, let it go on, and return its report once it has caught up."""
     p = watcher(log)
     try:
-        read_to_end(p, log)
+        settle(p, quiet=0.5, log=log)  # read to the end
         p.send_signal(signal.SIGSTOP)
         rotate()
         time.sleep(STALL_WAIT)
