@@ -324,3 +324,14 @@ def test_a_size_stays_with_its_unit_at_every_width():
     for cols in range(44, 101, 3):
         out = "\n".join(piped("scan", "-v", CASCADE, cols=cols))
         assert "GiB" in out and not split.search(out), cols
+
+
+@pytest.mark.parametrize("log", ["fixtures/1022/torchrun-nccl-shm-segment.log", "fixtures/1028/torchrun-bootstrap-no-socket-interface.log"])
+def test_runs_summary_fits_the_80x24_screen_it_ends_on(log):
+    """After the command's output and the live diagnoses, the summary (its heading, the blank line before it and the
+    report) fits the screen less the prompt's row, as scan's report does."""
+    lines = on_terminal(["run", "--", "cat", log], 80, 24)
+    summary = lines[lines.index("errmap summary") - 1:]
+    while summary and not summary[-1].strip():
+        summary.pop()
+    assert sum(max(1, -(-cell_len(line) // 80)) for line in summary) <= 23, "\n".join(summary)

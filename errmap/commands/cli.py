@@ -352,7 +352,8 @@ def _summary(report: Report, fmt: str, probed: Callable[[Incident], dict] | None
         return
     con = _console(stderr=to_stderr)
     con.print(f"\n[bold]{_('errmap summary')}[/]")
-    print_report(con, report, summary=printed or {})
+    screen = layout.height(sys.stderr if to_stderr else sys.stdout)  # the summary fits the screen below its heading
+    print_report(con, report, summary=printed or {}, screen=screen and max(screen - 2, 1))
 
 
 @main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
