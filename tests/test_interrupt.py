@@ -19,16 +19,10 @@ WAIT = 60
 SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(300)\n"
 
 
-def _default_sigint() -> None:
-    """The suite may run with SIGINT ignored (`nohup ... &`), which a child inherits: a user's errmap does not."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_on_a_terminal_is_an_interrupt_with_the_shells_status():
     pid, fd = pty.fork()
     if pid == 0:
         try:
-            _default_sigint()
             os.chdir(ROOT)
             argv = [PY, "-m", "errmap", "run", "--", PY, "-c", SLEEPER]
             os.execvpe(argv[0], argv, {**os.environ, "COLUMNS": "80", "ERRMAP_LANG": "en"})
@@ -69,7 +63,7 @@ def test_sigint_in_pipes_then_scan_of_the_log(tmp_path):
     report = tmp_path / "report.json"
     proc = subprocess.Popen([PY, "-m", "errmap", "run", "--format", "json", "--report", str(report), "--log", str(log),
                              "--", PY, "-c", SLEEPER],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, preexec_fn=_default_sigint)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     try:
         assert proc.stdout.readline() == b"ready\n"
         proc.send_signal(signal.SIGINT)
